@@ -1,0 +1,91 @@
+package bgjob
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"slices"
+	"time"
+
+	"github.com/zeebo/blake3"
+)
+
+// idKeyContext separates bgjob's ID keys from any other use of the same
+// key material.
+const idKeyContext = "github.com/bgjob/bgjob 2026-11 job ID key"
+
+// newIDKey returns the 32-byte key of the ID hash: derived from the
+// configured key, or random.
+func newIDKey(configured []byte) ([32]byte, error) {
+	var k [32]byte
+	if configured != nil {
+		blake3.DeriveKey(idKeyContext, configured, k[:])
+		return k, nil
+	}
+	_, err := rand.Read(k[:])
+	return k, err
+}
+
+// jobID derives the ID of a launch from everything that makes two launches
+// the same job: session, command, resolved directory, effective timeouts,
+// stdin and the environment (sorted, so map order never matters). Each
+// field is length-prefixed so no two different launches hash the same
+// bytes. A Unique launch mixes in a fresh nonce.
+func jobID(key *[32]byte, spec *Spec, dir string, timeout time.Duration) ID {
+	h, _ := blake3.NewKeyed(key[:]) // the key is 32 bytes: never fails
+	var n [8]byte
+	field := func(s string) {
+		binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.WriteString(s)
+	}
+	number := func(v int64) {
+		binary.LittleEndian.PutUint64(n[:], uint64(v))
+		h.Write(n[:])
+	}
+	field(spec.Session)
+	field(spec.Command)
+	field(dir)
+	number(int64(timeout))
+	number(int64(spec.IdleTimeout))
+	field(spec.Stdin)
+	keys := make([]string, 0, len(spec.Env))
+	for k := range spec.Env {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	number(int64(len(keys)))
+	for _, k := range keys {
+		field(k)
+		field(spec.Env[k])
+	}
+	if spec.Unique {
+		var nonce [16]byte
+		rand.Read(nonce[:]) // never fails (crypto/rand panics instead)
+		h.Write(nonce[:])
+	}
+	var sum [8]byte
+	h.Digest().Read(sum[:])
+	return ID("job_" + hex.EncodeToString(sum[:]))
+}
+
+// joinLocked decides whether a launch joins old, the current run of its ID,
+// instead of starting a new one, and records the joiner if so. A launch
+// joins a running job; a RunForeground launch also joins a finished job
+// whose result an earlier RunForeground caller has not yet read, so the
+// callers of one burst of identical calls all share one run. A Start
+// joining a job makes it pollable.
+func (r *Registry) joinLocked(old *job, fg bool) bool {
+	switch {
+	case !isDone(old):
+	case fg && old.holders > 0:
+	default:
+		return false
+	}
+	if fg {
+		old.holders++
+	} else {
+		old.pollable = true
+	}
+	return true
+}

@@ -1,0 +1,263 @@
+package bgjob
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"time"
+)
+
+// Config configures a [Registry]. The zero Config is ready to use; every
+// field documents what its zero value means.
+type Config struct {
+	// Shell is the program and leading arguments a job's Command is
+	// appended to. If Shell is nil, it is {"/bin/sh", "-c"} on Unix and
+	// {"cmd.exe", "/d", "/s", "/c"} on Windows. Shell[0] is looked up in
+	// PATH when it holds no path separator.
+	Shell []string
+
+	// Dir is the working directory of jobs whose Spec.Dir is empty, and
+	// the base of a relative Spec.Dir. If Dir is empty, the host's
+	// working directory at New is used.
+	Dir string
+
+	// Env is the base environment of every job, as "KEY=value" strings.
+	// If Env is nil, the host's environment at New is used. Either way,
+	// settings that keep tools from waiting on a terminal are added
+	// (GIT_TERMINAL_PROMPT=0, PAGER=cat, GIT_PAGER=cat), then each job's
+	// Spec.Env.
+	Env []string
+
+	// DefaultTimeout is the wall-clock limit of a job whose
+	// Spec.Timeout is 0. If DefaultTimeout is 0, it is 30 minutes.
+	DefaultTimeout time.Duration
+
+	// KillGrace is how long a job's process group has to exit after
+	// SIGTERM (CTRL_BREAK on Windows) before it is killed. If KillGrace
+	// is 0, it is 2s.
+	KillGrace time.Duration
+
+	// MaxRunning limits the number of jobs running at once; a launch
+	// beyond it fails with ErrTooManyRunning. If MaxRunning is 0, it is
+	// 64.
+	MaxRunning int
+
+	// HeadBytes and TailBytes bound the output a job keeps: the first
+	// HeadBytes and the last TailBytes of its stream. What lies between
+	// is counted, not kept. If HeadBytes is 0 it is 64 KiB; if TailBytes
+	// is 0 it is 1 MiB.
+	HeadBytes int
+	TailBytes int
+
+	// Retention bounds the finished jobs kept for polling.
+	Retention Retention
+
+	// ProgressInterval is how often RunForeground calls
+	// Foreground.OnProgress. If ProgressInterval is 0, it is 5s.
+	ProgressInterval time.Duration
+
+	// Admitter, if not nil, sees every text before it leaves the
+	// registry or is retained, and may rewrite or withhold it. If
+	// Admitter is nil, all output is admitted as it is.
+	Admitter Admitter
+
+	// Telemetry, if not nil, is told when each job starts and ends.
+	Telemetry Telemetry
+
+	// OnComplete, if not nil, is called once for each pollable job that
+	// ends, with the same Completion that Completions returns. It is
+	// called from a goroutine of the registry, never under its lock,
+	// possibly after Wait on that job has returned; it must not block
+	// for long.
+	OnComplete func(Completion)
+
+	// Guard, if not nil, is called with every valid Spec before it is
+	// launched (joins included); an error refuses the launch with an
+	// error that wraps both ErrRejected and Guard's error. Use it for
+	// allow-lists and directory jails. The Spec's Dir is absolute.
+	Guard func(ctx context.Context, spec Spec) error
+
+	// StateDir, if set, turns on durable mode: job records and output
+	// are kept in this directory so jobs survive a host restart. It
+	// must be an absolute path. Durable mode is not available in this
+	// version: New fails with ErrUnsupported when StateDir is set.
+	StateDir string
+
+	// IDKey keys the hash that makes job IDs. If IDKey is nil, 32
+	// random bytes are used, so IDs are stable for one Registry and
+	// unguessable to anyone else. A non-nil IDKey must be at least 16
+	// bytes long.
+	IDKey []byte
+
+	// Subreaper, on Linux, makes the host process a child subreaper
+	// (prctl PR_SET_CHILD_SUBREAPER) so that orphaned processes of jobs
+	// are re-parented to it and reaped by the registry instead of
+	// lingering as zombies. It changes a process-wide attribute and is
+	// never undone. On other systems New fails with ErrUnsupported when
+	// it is set.
+	Subreaper bool
+
+	// Logger receives the registry's own diagnostics (never job
+	// output). If Logger is nil, nothing is logged.
+	Logger *slog.Logger
+}
+
+// Retention bounds the finished jobs a Registry keeps for polling.
+// Finished jobs are evicted oldest first (by end time) while there are
+// more than MaxJobs, while their texts add up to more than MaxBytes, and
+// when they ended more than TTL ago. The newest finished job and any
+// result that a RunForeground caller has not yet received are never
+// evicted.
+type Retention struct {
+	// MaxJobs: if 0, 64; if negative, no limit beyond the rules above
+	// keeps a finished job.
+	MaxJobs int
+	// MaxBytes: if 0, 16 MiB; if negative, no limit beyond the rules
+	// above keeps a finished job's text.
+	MaxBytes int64
+	// TTL: if 0, 5 minutes; if negative, jobs expire as soon as they
+	// are evicted by the next registry operation.
+	TTL time.Duration
+}
+
+// Defaults, as documented on Config.
+const (
+	defaultTimeout          = 30 * time.Minute
+	defaultKillGrace        = 2 * time.Second
+	defaultMaxRunning       = 64
+	defaultHeadBytes        = 64 << 10
+	defaultTailBytes        = 1 << 20
+	defaultRetainJobs       = 64
+	defaultRetainBytes      = 16 << 20
+	defaultRetainTTL        = 5 * time.Minute
+	defaultProgressInterval = 5 * time.Second
+	defaultSoftCap          = 30 * time.Second
+)
+
+// nonInteractive keeps common tools from waiting on a terminal that a job
+// does not have.
+var nonInteractive = []string{"GIT_TERMINAL_PROMPT=0", "PAGER=cat", "GIT_PAGER=cat"}
+
+// configError names the Config field that is wrong.
+func configError(field, format string, args ...any) error {
+	return fmt.Errorf("%w: Config.%s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+}
+
+// normalize checks c and fills in the defaults. It returns a copy.
+func (c Config) normalize() (Config, error) {
+	if c.Shell == nil {
+		c.Shell = defaultShell()
+	} else {
+		if len(c.Shell) == 0 || c.Shell[0] == "" {
+			return c, configError("Shell", "empty program")
+		}
+		c.Shell = append([]string(nil), c.Shell...)
+	}
+	for _, a := range c.Shell {
+		if hasNUL(a) {
+			return c, configError("Shell", "holds a NUL byte")
+		}
+	}
+	if c.Dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return c, configError("Dir", "empty, and the working directory is unknown: %v", err)
+		}
+		c.Dir = wd
+	} else {
+		if hasNUL(c.Dir) {
+			return c, configError("Dir", "holds a NUL byte")
+		}
+		abs, err := filepath.Abs(c.Dir)
+		if err != nil {
+			return c, configError("Dir", "%v", err)
+		}
+		if err := isDir(abs); err != nil {
+			return c, configError("Dir", "%v", err)
+		}
+		c.Dir = abs
+	}
+	if c.Env == nil {
+		c.Env = os.Environ()
+	}
+	for _, kv := range c.Env {
+		if hasNUL(kv) {
+			return c, configError("Env", "an entry holds a NUL byte")
+		}
+	}
+	c.Env = mergeEnv(c.Env, nonInteractive, nil)
+
+	durations := []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"DefaultTimeout", &c.DefaultTimeout, defaultTimeout},
+		{"KillGrace", &c.KillGrace, defaultKillGrace},
+		{"ProgressInterval", &c.ProgressInterval, defaultProgressInterval},
+	}
+	for _, d := range durations {
+		switch {
+		case *d.v < 0:
+			return c, configError(d.name, "negative (%v)", *d.v)
+		case *d.v == 0:
+			*d.v = d.def
+		}
+	}
+	ints := []struct {
+		name string
+		v    *int
+		def  int
+	}{
+		{"MaxRunning", &c.MaxRunning, defaultMaxRunning},
+		{"HeadBytes", &c.HeadBytes, defaultHeadBytes},
+		{"TailBytes", &c.TailBytes, defaultTailBytes},
+	}
+	for _, n := range ints {
+		switch {
+		case *n.v < 0:
+			return c, configError(n.name, "negative (%d)", *n.v)
+		case *n.v == 0:
+			*n.v = n.def
+		}
+	}
+	if c.Retention.MaxJobs == 0 {
+		c.Retention.MaxJobs = defaultRetainJobs
+	}
+	if c.Retention.MaxBytes == 0 {
+		c.Retention.MaxBytes = defaultRetainBytes
+	}
+	if c.Retention.TTL == 0 {
+		c.Retention.TTL = defaultRetainTTL
+	}
+	if c.StateDir != "" {
+		if hasNUL(c.StateDir) || !filepath.IsAbs(c.StateDir) {
+			return c, configError("StateDir", "must be an absolute path")
+		}
+		return c, fmt.Errorf("bgjob: Config.StateDir: durable mode: %w", ErrUnsupported)
+	}
+	if c.IDKey != nil && len(c.IDKey) < 16 {
+		return c, configError("IDKey", "%d bytes; at least 16 are needed", len(c.IDKey))
+	}
+	if c.Subreaper && runtime.GOOS != "linux" {
+		return c, fmt.Errorf("bgjob: Config.Subreaper on %s: %w", runtime.GOOS, ErrUnsupported)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
+func isDir(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", path)
+	}
+	return nil
+}

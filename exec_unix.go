@@ -1,0 +1,175 @@
+//go:build unix
+
+package bgjob
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func defaultShell() []string { return []string{"/bin/sh", "-c"} }
+
+// envKey returns the form of an environment key that identifies it: on
+// Unix, the key itself.
+func envKey(k string) string { return k }
+
+// process is a job's shell: the leader of a new session and process group
+// whose ID is its PID.
+type process struct {
+	pid   int
+	pidfd *os.File // Linux: the shell's pidfd, if the kernel gave one
+}
+
+// startProcess starts argv in a new session with the given directory and
+// environment, stdin as its input and one pipe as both stdout and stderr.
+// It returns the process and the parent's end of that pipe.
+func startProcess(argv []string, dir string, env []string, stdin string) (*process, outputReader, error) {
+	if !canSpawn {
+		return nil, nil, ErrUnsupported
+	}
+	path := argv[0]
+	if !strings.Contains(path, "/") {
+		lp, err := exec.LookPath(path)
+		if err != nil {
+			return nil, nil, err
+		}
+		path = lp
+	}
+	in, err := stdinFile(stdin)
+	if err != nil {
+		return nil, nil, fmt.Errorf("stdin: %w", err)
+	}
+	defer in.Close()
+	rd, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("pipe: %w", err)
+	}
+	defer w.Close()
+	pidfd := -1
+	attr := &syscall.ProcAttr{
+		Dir: dir,
+		Env: env,
+		// Fd puts the write end in blocking mode, as a child's stdout
+		// should be; the read end stays non-blocking for deadlines.
+		Files: []uintptr{in.Fd(), w.Fd(), w.Fd()},
+		Sys:   sysProcAttr(&pidfd),
+	}
+	pid, err := syscall.ForkExec(path, argv, attr)
+	if err != nil {
+		rd.Close()
+		if errors.Is(err, syscall.ENOENT) && isDir(dir) != nil {
+			return nil, nil, fmt.Errorf("working directory %s: %w", dir, err)
+		}
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	p := &process{pid: pid}
+	if pidfd >= 0 {
+		// Non-blocking, so that the runtime's poller can wait on it.
+		if err := unix.SetNonblock(pidfd, true); err == nil {
+			p.pidfd = os.NewFile(uintptr(pidfd), "pidfd")
+		} else {
+			unix.Close(pidfd)
+		}
+	}
+	return p, rd, nil
+}
+
+// stdinFile returns the file a job reads as its standard input: /dev/null
+// when s is empty, else an unlinked temporary file holding s. A file,
+// unlike a pipe, takes any size without a goroutine to feed it.
+func stdinFile(s string) (*os.File, error) {
+	if s == "" {
+		return os.Open(os.DevNull)
+	}
+	f, err := os.CreateTemp("", "bgjob-stdin-*")
+	if err != nil {
+		return nil, err
+	}
+	os.Remove(f.Name())
+	if _, err := f.WriteString(s); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if _, err := f.Seek(0, 0); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// signal sends SIGTERM, or SIGKILL if kill is set, to the whole process
+// group. A group that is already gone is not an error.
+func (p *process) signal(kill bool) error {
+	sig := unix.SIGTERM
+	if kill {
+		sig = unix.SIGKILL
+	}
+	if err := unix.Kill(-p.pid, sig); err != nil && err != unix.ESRCH {
+		return err
+	}
+	return nil
+}
+
+// reap collects the shell's exit status: its exit code, or 128+n if signal
+// n killed it.
+func (p *process) reap() (int, error) {
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(p.pid, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return exitUnknown, err
+		}
+		break
+	}
+	switch {
+	case ws.Exited():
+		return ws.ExitStatus(), nil
+	case ws.Signaled():
+		return 128 + int(ws.Signal()), nil
+	}
+	return exitUnknown, fmt.Errorf("unexpected wait status %#x", uint32(ws))
+}
+
+// leftovers returns how many processes of the group are still alive
+// after the shell was reaped. Zombies do not count: they hold nothing but
+// a PID, and where PID 1 does not reap orphans they never go away.
+func (p *process) leftovers() int {
+	// Fast path: no member at all, zombie or not.
+	if err := unix.Kill(-p.pid, 0); err == unix.ESRCH {
+		return 0
+	}
+	return len(liveMembers(p.pid))
+}
+
+// release frees what the process holds once it has been reaped.
+func (p *process) release() {
+	if p.pidfd != nil {
+		p.pidfd.Close()
+	}
+}
+
+// awaitEmptyPolling waits until the group has no live process or the
+// deadline passes, checking at growing intervals, for systems where no
+// event tells that a process which is not our child has died. It returns
+// the number of live processes left.
+func awaitEmptyPolling(pgid int, deadline time.Time) int {
+	d := time.Millisecond
+	for {
+		n := len(liveMembers(pgid))
+		if n == 0 || !time.Now().Before(deadline) {
+			return n
+		}
+		time.Sleep(min(d, time.Until(deadline)))
+		d = min(2*d, 50*time.Millisecond)
+	}
+}

@@ -1,0 +1,347 @@
+package bgjob
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+)
+
+// lineSlack is how far the head's end and the tail's start may move to
+// fall on a line boundary. Cutting at lines means a line is shown whole
+// or not at all, so a secret on a line that straddles the omission is
+// never shown in two halves that a redactor could not recognise.
+const lineSlack = 4096
+
+// outbuf keeps the head and the tail of a job's output stream. Memory
+// grows with the output up to headCap+tailCap and never beyond; what
+// falls between the two is counted, not kept. It is not safe for
+// concurrent use: the job's mutex guards it.
+type outbuf struct {
+	headCap, tailCap int
+
+	head  []byte // the first bytes of the stream, up to headCap
+	ring  []byte // the tail: in order until full, then a ring of tailCap bytes
+	w     int    // when full, the index of the oldest byte in ring
+	full  bool   // the ring has wrapped: bytes were dropped before the tail
+	total int64  // bytes written
+}
+
+func newOutbuf(headCap, tailCap int) *outbuf {
+	return &outbuf{headCap: headCap, tailCap: tailCap}
+}
+
+// write appends p to the stream.
+func (b *outbuf) write(p []byte) {
+	b.total += int64(len(p))
+	if n := b.headCap - len(b.head); n > 0 {
+		n = min(n, len(p))
+		b.head = appendGrow(b.head, p[:n], b.headCap)
+		p = p[n:]
+	}
+	if len(p) == 0 {
+		return
+	}
+	if len(p) >= b.tailCap {
+		// p alone fills the tail: keep its last tailCap bytes.
+		p = p[len(p)-b.tailCap:]
+		if len(b.ring) < b.tailCap {
+			b.ring = make([]byte, b.tailCap)
+		}
+		copy(b.ring, p)
+		b.w, b.full = 0, true
+		return
+	}
+	if !b.full {
+		if len(b.ring)+len(p) <= b.tailCap {
+			b.ring = appendGrow(b.ring, p, b.tailCap)
+			return
+		}
+		// The ring wraps from here on: give it its full size once.
+		r := make([]byte, b.tailCap)
+		copy(r, b.ring)
+		b.w = len(b.ring)
+		b.ring, b.full = r, true
+	}
+	n := copy(b.ring[b.w:], p)
+	copy(b.ring, p[n:])
+	b.w = (b.w + len(p)) % b.tailCap
+}
+
+// appendGrow appends p to s, growing s by doubling but never past limit,
+// so a quiet job holds little memory and a loud one no more than limit.
+func appendGrow(s, p []byte, limit int) []byte {
+	need := len(s) + len(p)
+	if need > cap(s) {
+		c := max(2*cap(s), 512, need)
+		c = min(c, limit)
+		t := make([]byte, len(s), c)
+		copy(t, s)
+		s = t
+	}
+	return append(s, p...)
+}
+
+func (b *outbuf) tailLen() int { return len(b.ring) }
+
+// tailAt returns byte i of the tail, counted from its oldest byte.
+func (b *outbuf) tailAt(i int) byte {
+	if b.full {
+		i += b.w
+		if i >= b.tailCap {
+			i -= b.tailCap
+		}
+	}
+	return b.ring[i]
+}
+
+// held returns the ranges of the stream the buffer holds: [0, headEnd)
+// and [tailBegin, total). When nothing was dropped they meet
+// (headEnd == tailBegin). When bytes were dropped, the head ends and the
+// tail begins on a line boundary when one lies within lineSlack bytes.
+func (b *outbuf) held() (headEnd, tailBegin int64) {
+	headEnd = int64(len(b.head))
+	tailBegin = b.total - int64(b.tailLen())
+	if tailBegin == headEnd {
+		return headEnd, tailBegin
+	}
+	if i := bytes.LastIndexByte(b.head[max(0, len(b.head)-lineSlack):], '\n'); i >= 0 {
+		headEnd = int64(max(0, len(b.head)-lineSlack) + i + 1)
+	}
+	for i := 0; i < min(lineSlack, b.tailLen()-1); i++ {
+		if b.tailAt(i) == '\n' {
+			tailBegin += int64(i + 1)
+			break
+		}
+	}
+	return headEnd, tailBegin
+}
+
+// appendRange appends the held bytes [from, to) to dst. The range must
+// lie within one held range.
+func (b *outbuf) appendRange(dst []byte, from, to int64) []byte {
+	if from >= to {
+		return dst
+	}
+	if to <= int64(len(b.head)) {
+		return append(dst, b.head[from:to]...)
+	}
+	tailStart := b.total - int64(b.tailLen())
+	i, j := int(from-tailStart), int(to-tailStart)
+	if !b.full {
+		return append(dst, b.ring[i:j]...)
+	}
+	i, j = i+b.w, j+b.w
+	if i >= b.tailCap {
+		return append(dst, b.ring[i-b.tailCap:j-b.tailCap]...)
+	}
+	if j <= b.tailCap {
+		return append(dst, b.ring[i:j]...)
+	}
+	dst = append(dst, b.ring[i:]...)
+	return append(dst, b.ring[:j-b.tailCap]...)
+}
+
+// omissionLine is the line that stands for n dropped bytes in a Text.
+func omissionLine(n int64) string {
+	return "[... " + strconv.FormatInt(n, 10) + " bytes omitted ...]\n"
+}
+
+// rawView is a copy of what the buffer holds, taken under the job's lock
+// so that admission can run outside it.
+type rawView struct {
+	head, tail []byte // the held ranges [0, headEnd) and [tailBegin, total)
+	tailBegin  int64
+	total      int64
+}
+
+func (b *outbuf) view() rawView {
+	headEnd, tailBegin := b.held()
+	v := rawView{tailBegin: tailBegin, total: b.total}
+	v.head = b.appendRange(nil, 0, headEnd)
+	if tailBegin > headEnd {
+		v.tail = b.appendRange(nil, tailBegin, b.total)
+	} else {
+		// Contiguous: keep it as one piece in head.
+		v.head = b.appendRange(v.head, max(headEnd, tailBegin), b.total)
+		v.tailBegin = b.total
+	}
+	return v
+}
+
+func (v rawView) omitted() int64 { return v.tailBegin - int64(len(v.head)) }
+
+// separator returns what stands between head and tail in a Text: nothing
+// when no byte was dropped, else the omission line (on its own line).
+func (v rawView) separator() string {
+	n := v.omitted()
+	if n == 0 {
+		return ""
+	}
+	if len(v.head) > 0 && v.head[len(v.head)-1] != '\n' {
+		return "\n" + omissionLine(n)
+	}
+	return omissionLine(n)
+}
+
+func (v rawView) text() string {
+	var sb strings.Builder
+	sep := v.separator()
+	sb.Grow(len(v.head) + len(sep) + len(v.tail))
+	sb.Write(v.head)
+	sb.WriteString(sep)
+	sb.Write(v.tail)
+	return sb.String()
+}
+
+// segment maps a range of the raw stream to its admitted text, so Read
+// can go on serving absolute raw offsets after the raw bytes are gone.
+type segment struct {
+	start, end int64 // the raw range
+	lo, hi     int   // its admitted text: final.out.Text[lo:hi]
+	// rawLines holds the raw line starts (relative to start) when the
+	// admitted text's length differs from the raw range's; nil when the
+	// two have the same length and map byte for byte.
+	rawLines []int32
+}
+
+// final is a finished job's admitted output.
+type final struct {
+	out  Output
+	segs []segment // nil when the text was withheld or is not mapped
+}
+
+// lineStarts returns the offsets of the starts of every line of p but
+// the first (which starts at 0).
+// The result is never nil, so that a segment can tell "one line" from "not
+// mapped".
+func lineStarts[S []byte | string](p S) []int32 {
+	ls := []int32{}
+	for i := 0; i < len(p); i++ {
+		if p[i] == '\n' && i+1 < len(p) {
+			ls = append(ls, int32(i+1))
+		}
+	}
+	return ls
+}
+
+// rawPiece describes a held range of the raw stream for mapSegments.
+type rawPiece struct {
+	start, end int64
+	lines      []int32 // its raw line starts, if known (not nil)
+	bytes      []byte  // its raw bytes, if still at hand
+}
+
+// mapSegments lays raw pieces over the admitted text t, which holds them
+// in order, split by sep when there are two. A piece whose admitted
+// length differs from its raw length keeps its raw line starts so that
+// Read can map offsets line by line; one whose raw lines are unknown is
+// left unmapped. If t no longer holds sep, nothing is mapped.
+func mapSegments(t, sep string, pieces []rawPiece) []segment {
+	texts := []string{t}
+	if len(pieces) == 2 {
+		i := strings.Index(t, sep)
+		if sep == "" || i < 0 {
+			return nil
+		}
+		texts = []string{t[:i], t[i+len(sep):]}
+	}
+	segs := make([]segment, len(pieces))
+	lo := 0
+	for k, p := range pieces {
+		s := segment{start: p.start, end: p.end, lo: lo, hi: lo + len(texts[k]), rawLines: p.lines}
+		if s.rawLines == nil && int64(len(texts[k])) != p.end-p.start && p.bytes != nil {
+			s.rawLines = lineStarts(p.bytes)
+		}
+		segs[k] = s
+		lo = s.hi + len(sep)
+	}
+	return segs
+}
+
+// readFinal serves Read for a finished job from its admitted segments.
+func (f *final) read(offset int64, max int) Chunk {
+	total := f.out.Total
+	c := Chunk{Offset: offset, Next: offset, Done: true}
+	if f.segs == nil {
+		// Withheld or unmapped: there is nothing to serve by offset.
+		c.Skipped, c.Offset, c.Next = total-offset, total, total
+		if f.out.Text != "" && offset == 0 {
+			c.Data, c.Skipped, c.Offset = f.out.Text, 0, 0
+		}
+		return c
+	}
+	for _, s := range f.segs {
+		if offset >= s.end {
+			continue
+		}
+		if offset < s.start {
+			c.Skipped += s.start - offset
+			offset = s.start
+		}
+		text := f.out.Text[s.lo:s.hi]
+		rel := offset - s.start
+		switch {
+		case int64(len(text)) == s.end-s.start && s.rawLines == nil:
+			n := min(int64(max), s.end-offset)
+			c.Data, c.Offset, c.Next = text[rel:rel+n], offset, offset+n
+		default:
+			adm := lineStarts(text)
+			if s.rawLines == nil || len(adm) != len(s.rawLines) {
+				// Not mappable line by line: serve the whole piece
+				// from its start, or skip it.
+				if rel == 0 {
+					c.Data, c.Offset, c.Next = text, offset, s.end
+				} else {
+					c.Skipped += s.end - offset
+					offset = s.end
+					continue
+				}
+				break
+			}
+			// Serve whole lines: from the first raw line that starts
+			// at or after rel, as many as fit in max (at least one).
+			n := len(s.rawLines) + 1
+			rawEnd := int32(s.end - s.start)
+			k := 0
+			for k < n && lineAt(s.rawLines, k) < int32(rel) {
+				k++
+			}
+			if k == n {
+				c.Skipped += s.end - offset
+				offset = s.end
+				continue
+			}
+			from := s.start + int64(lineAt(s.rawLines, k))
+			c.Skipped += from - offset
+			e := k + 1
+			for e < n && int64(lineEnd(s.rawLines, e, rawEnd)-lineAt(s.rawLines, k)) <= int64(max) {
+				e++
+			}
+			to := s.start + int64(lineEnd(s.rawLines, e-1, rawEnd))
+			alo, ahi := lineAt(adm, k), lineEnd(adm, e-1, int32(len(text)))
+			c.Data, c.Offset, c.Next = text[alo:ahi], from, to
+		}
+		c.Done = c.Next == total
+		return c
+	}
+	c.Skipped += total - offset
+	c.Offset, c.Next = total, total
+	return c
+}
+
+// lineEnd returns the end of line k (the start of line k+1, or end for
+// the last line) given the starts of lines 1..n.
+func lineEnd(starts []int32, k int, end int32) int32 {
+	if k < len(starts) {
+		return starts[k]
+	}
+	return end
+}
+
+// lineAt returns the start of line k given the starts of lines 1..n.
+func lineAt(starts []int32, k int) int32 {
+	if k == 0 {
+		return 0
+	}
+	return starts[k-1]
+}

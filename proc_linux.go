@@ -1,0 +1,175 @@
+package bgjob
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const canSpawn = true
+
+func sysProcAttr(pidfd *int) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setsid: true, PidFD: pidfd}
+}
+
+// wait blocks until the shell has exited, without reaping it. With a
+// pidfd the wait parks in the runtime's poller and holds no thread.
+func (p *process) wait() error {
+	if p.pidfd != nil {
+		if rc, err := p.pidfd.SyscallConn(); err == nil {
+			var werr error
+			err = rc.Read(func(fd uintptr) bool {
+				var info unix.Siginfo
+				for {
+					werr = unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOWAIT|unix.WNOHANG, nil)
+					if werr != unix.EINTR {
+						break
+					}
+				}
+				// With WNOHANG, a zero Signo means "not yet".
+				return werr != nil || info.Signo != 0
+			})
+			if err == nil {
+				return werr
+			}
+		}
+	}
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, p.pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+// liveMembers returns the PIDs of the processes of group pgid that are not
+// zombies, read from /proc.
+func liveMembers(pgid int) []int {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil
+	}
+	names, _ := d.Readdirnames(-1)
+	d.Close()
+	var pids []int
+	var buf [512]byte
+	for _, name := range names {
+		if name[0] < '0' || name[0] > '9' {
+			continue
+		}
+		state, pg, ok := readStat(name, buf[:])
+		if ok && pg == pgid && state != 'Z' && state != 'X' {
+			pid, _ := strconv.Atoi(name)
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// readStat reads the state and process group of a process from
+// /proc/PID/stat.
+func readStat(pid string, buf []byte) (state byte, pgrp int, ok bool) {
+	fd, err := unix.Open("/proc/"+pid+"/stat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, 0, false
+	}
+	n, err := unix.Read(fd, buf)
+	unix.Close(fd)
+	if err != nil || n <= 0 {
+		return 0, 0, false
+	}
+	b := buf[:n]
+	// The command name may hold anything, ')' too: the fields start
+	// after its last ')'. Then: state, ppid, pgrp.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0, 0, false
+	}
+	f := bytes.Fields(b[i+2:])
+	if len(f) < 3 {
+		return 0, 0, false
+	}
+	pg, err := strconv.Atoi(string(f[2]))
+	return f[0][0], pg, err == nil
+}
+
+// awaitEmpty waits until the group has no live process or the deadline
+// passes, and returns the number still alive. It waits on a pidfd of each
+// live member, so it wakes when they die rather than polling.
+func (p *process) awaitEmpty(deadline time.Time) int {
+	for {
+		pids := liveMembers(p.pid)
+		if len(pids) == 0 || !time.Now().Before(deadline) {
+			return len(pids)
+		}
+		for _, pid := range pids {
+			if !waitDeath(pid, deadline) {
+				// No pidfd here: fall back to checking at intervals.
+				return awaitEmptyPolling(p.pid, deadline)
+			}
+		}
+	}
+}
+
+// waitDeath waits until process pid has exited (a zombie counts) or the
+// deadline passes. It returns false if it cannot wait on a pidfd.
+func waitDeath(pid int, deadline time.Time) bool {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err == unix.ESRCH {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return false
+	}
+	f.SetReadDeadline(deadline)
+	// A pidfd turns readable when its process exits.
+	rc.Read(func(fd uintptr) bool {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, _ := unix.Poll(pfd, 0)
+		return n > 0
+	})
+	return true
+}
+
+// subreaper is set once the host has become a child subreaper.
+var subreaper atomic.Bool
+
+func enableSubreaper() error {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return err
+	}
+	subreaper.Store(true)
+	return nil
+}
+
+// reapOrphans reaps the zombies of the job's group that were re-parented
+// to the host because it is a subreaper. It only waits for members of
+// this group, and only once none of them is alive, so it never takes a
+// child that belongs to anyone else.
+func (p *process) reapOrphans() {
+	if !subreaper.Load() {
+		return
+	}
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-p.pid, &ws, unix.WNOHANG, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if pid <= 0 || err != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,895 @@
+package bgjob
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Registry runs shell commands as jobs and keeps them for polling.
+//
+// A Registry is safe for use by many goroutines at once. Create it with
+// [New] and stop it with [Registry.Close], which stops every running job
+// and waits for every goroutine the Registry started.
+type Registry struct {
+	cfg   Config
+	key   [32]byte
+	ctx   context.Context // passed to the Admitter; cancelled once Close is done
+	abort context.CancelFunc
+	now   func() time.Time // the clock of retention; tests replace it
+
+	// wg counts the goroutines of running jobs (two each: the supervisor
+	// and the waiter) and the launches between admission and spawn.
+	wg sync.WaitGroup
+
+	mu sync.Mutex // guards the fields below and job.{pollable,holders,heapIdx,retEnd,retBytes}
+	// jobs maps each ID to its current run: running, retained, or
+	// finished with a RunForeground caller yet to read it.
+	jobs    map[ID]*job
+	running int                     // jobs launched and not finished
+	closed  bool                    // Close has begun
+	seq     uint64                  // the last generation handed out
+	queues  map[string][]Completion // undelivered completions by session
+	ret     retained
+}
+
+// job is one run of a command. Its ID may name several runs over time; gen
+// tells them apart.
+type job struct {
+	id      ID
+	gen     uint64
+	spec    Spec // validated, with Dir absolute
+	timeout time.Duration
+	argv    []string
+	env     []string
+	started time.Time
+	done    chan struct{} // closed when the job has ended and fin is set
+	wake    chan struct{} // pokes the supervisor once its pipe is at EOF
+
+	// Requests to the supervisor, set by Cancel and Close.
+	stopReq atomic.Int32 // stopNone, stopCancel or stopClose
+	force   atomic.Bool  // Close ran out of time: SIGKILL now
+	exited  atomic.Bool  // the shell has exited (set by the waiter)
+	rd      atomic.Pointer[outputReader]
+
+	// Guarded by Registry.mu.
+	pollable bool      // Start launched or joined it, or a foreground caller detached
+	holders  int       // RunForeground callers that have not yet received their result
+	heapIdx  int       // index in Registry.ret, or -1
+	retEnd   time.Time // end time, as the retention order sees it
+	retBytes int64     // size of the retained text
+
+	mu       sync.Mutex // guards the fields below; taken after Registry.mu, never before
+	state    State
+	exitCode int
+	pid      int
+	ended    time.Time
+	reason   string
+	out      *outbuf // the raw output while running; nil once fin is set
+	fin      *final  // the admitted output once the job has ended
+	finGen   uint64  // counts changes of fin, so Readmit never overwrites a newer one
+}
+
+// Stop requests, in job.stopReq.
+const (
+	stopNone int32 = iota
+	stopCancel
+	stopClose
+)
+
+// New returns a Registry configured by cfg. It fails with an error that
+// wraps ErrInvalidConfig and names the field when cfg is malformed, and
+// with ErrUnsupported when cfg asks for what this platform cannot do.
+// New starts no goroutine.
+func New(cfg Config) (*Registry, error) {
+	c, err := cfg.normalize()
+	if err != nil {
+		return nil, err
+	}
+	key, err := newIDKey(c.IDKey)
+	if err != nil {
+		return nil, fmt.Errorf("bgjob: new ID key: %w", err)
+	}
+	if c.Subreaper {
+		if err := enableSubreaper(); err != nil {
+			return nil, fmt.Errorf("bgjob: Config.Subreaper: %w", err)
+		}
+	}
+	ctx, abort := context.WithCancel(context.Background())
+	return &Registry{
+		cfg:    c,
+		key:    key,
+		ctx:    ctx,
+		abort:  abort,
+		now:    time.Now,
+		jobs:   make(map[ID]*job),
+		queues: make(map[string][]Completion),
+	}, nil
+}
+
+// Start launches spec as a pollable job and returns at once with its
+// snapshot. If a job with the same ID is running (an identical launch in
+// the same session, without Unique), Start joins it: no process starts
+// and the snapshot has Joined set. A launch whose ID names a finished job
+// replaces that job with a new run.
+//
+// ctx bounds only validation, Config.Guard and the launch; the job
+// outlives it. A process that cannot be started is not an error: the
+// job ends at once as Failed, with the reason in Snapshot.Reason. Start
+// fails with an error wrapping ErrInvalidSpec, ErrRejected,
+// ErrTooManyRunning, ErrClosed or ctx.Err() when no job was launched.
+func (r *Registry) Start(ctx context.Context, spec Spec) (Snapshot, error) {
+	j, joined, err := r.launch(ctx, spec, false)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	s := r.snapshot(j)
+	s.Joined = joined
+	return s, nil
+}
+
+// RunForeground launches spec (or joins the identical running job) and
+// waits for it inline, woken by the job's end. If the job ends within
+// fg.SoftCap, RunForeground returns its final snapshot. At the soft cap,
+// or as soon as ctx is done, it returns the running job's snapshot with
+// Detached set: the job goes on, can be polled, waited on or cancelled by
+// its ID, and its end queues a Completion.
+//
+// A job that only RunForeground callers held and that ended inline is
+// forgotten once the last of them has its result: it cannot be polled
+// and yields no Completion. Identical concurrent calls share one process
+// and all get the result, including a call that arrives after the end but
+// before an earlier caller has read it.
+//
+// ctx bounds only the inline wait and the launch; ending it detaches, it
+// never stops the job. Errors are as for Start.
+func (r *Registry) RunForeground(ctx context.Context, spec Spec, fg Foreground) (Result, error) {
+	begin := time.Now()
+	j, joined, err := r.launch(ctx, spec, true)
+	if err != nil {
+		return Result{}, err
+	}
+	softCap := fg.SoftCap
+	if softCap <= 0 {
+		softCap = defaultSoftCap
+	}
+	capTimer := time.NewTimer(softCap)
+	defer capTimer.Stop()
+	var progress <-chan time.Time
+	var progTimer *time.Timer
+	if fg.OnProgress != nil {
+		progTimer = time.NewTimer(r.cfg.ProgressInterval)
+		defer progTimer.Stop()
+		progress = progTimer.C
+	}
+	for {
+		select {
+		case <-j.done:
+			return r.collect(j, joined), nil
+		case <-capTimer.C:
+			return r.detach(j, joined), nil
+		case <-ctx.Done():
+			return r.detach(j, joined), nil
+		case <-progress:
+			fg.OnProgress(time.Since(begin))
+			progTimer.Reset(r.cfg.ProgressInterval)
+		}
+	}
+}
+
+// collect gives a foreground caller the final result and lets go of it.
+func (r *Registry) collect(j *job, joined bool) Result {
+	s := r.snapshot(j)
+	s.Joined = joined
+	r.release(j)
+	return Result{Snapshot: s}
+}
+
+// detach makes a foreground caller's job pollable and lets go of it, unless
+// the job has ended meanwhile: then the caller gets the final result.
+func (r *Registry) detach(j *job, joined bool) Result {
+	r.mu.Lock()
+	select {
+	case <-j.done:
+		r.mu.Unlock()
+		return r.collect(j, joined)
+	default:
+	}
+	j.pollable = true
+	j.holders--
+	r.mu.Unlock()
+	s := r.snapshot(j)
+	s.Joined = joined
+	return Result{Snapshot: s, Detached: true}
+}
+
+// release records that a foreground caller has its result. The last one
+// hands a pollable job to retention and forgets any other.
+func (r *Registry) release(j *job) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	j.holders--
+	if j.holders > 0 || r.jobs[j.id] != j {
+		return
+	}
+	if j.pollable {
+		r.retainLocked(j)
+		r.pruneLocked(r.now())
+	} else {
+		r.forgetLocked(j)
+	}
+}
+
+// launch validates spec and either joins the running job of the same ID or
+// starts a new one. fg marks a RunForeground caller, who holds the job
+// until it has its result.
+func (r *Registry) launch(ctx context.Context, spec Spec, fg bool) (*job, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, fmt.Errorf("bgjob: launch: %w", err)
+	}
+	if r.isClosed() {
+		return nil, false, ErrClosed
+	}
+	j, err := r.prepare(spec)
+	if err != nil {
+		return nil, false, err
+	}
+	if g := r.cfg.Guard; g != nil {
+		if err := g(ctx, j.spec); err != nil {
+			return nil, false, fmt.Errorf("%w: %w", ErrRejected, err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, false, fmt.Errorf("bgjob: launch: %w", err)
+	}
+
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, false, ErrClosed
+	}
+	if old := r.jobs[j.id]; old != nil {
+		if r.joinLocked(old, fg) {
+			r.mu.Unlock()
+			return old, true, nil
+		}
+	}
+	if r.running >= r.cfg.MaxRunning {
+		r.mu.Unlock()
+		return nil, false, fmt.Errorf("%w (%d)", ErrTooManyRunning, r.cfg.MaxRunning)
+	}
+	if old := r.jobs[j.id]; old != nil {
+		r.forgetLocked(old) // a finished run: the new one replaces it
+	}
+	r.seq++
+	j.gen = r.seq
+	j.pollable = !fg
+	if fg {
+		j.holders = 1
+	}
+	r.jobs[j.id] = j
+	r.running++
+	r.wg.Add(1) // the launch; the supervisor inherits it
+	r.pruneLocked(r.now())
+	r.mu.Unlock()
+
+	r.spawn(j)
+	return j, false, nil
+}
+
+// prepare validates spec and builds the job it describes, ID included.
+func (r *Registry) prepare(spec Spec) (*job, error) {
+	if strings.TrimSpace(spec.Command) == "" {
+		return nil, specError("Command", "empty")
+	}
+	if hasNUL(spec.Command) {
+		return nil, specError("Command", "holds a NUL byte")
+	}
+	if hasNUL(spec.Dir) {
+		return nil, specError("Dir", "holds a NUL byte")
+	}
+	dir := spec.Dir
+	if dir == "" {
+		dir = r.cfg.Dir
+	} else if !filepath.IsAbs(dir) {
+		dir = filepath.Join(r.cfg.Dir, dir)
+	}
+	dir = filepath.Clean(dir)
+	if err := isDir(dir); err != nil {
+		return nil, specError("Dir", "%v", err)
+	}
+	for k, v := range spec.Env {
+		switch {
+		case k == "":
+			return nil, specError("Env", "empty key")
+		case strings.ContainsAny(k, "=\x00"):
+			return nil, specError("Env", "key %q holds '=' or NUL", k)
+		case hasNUL(v):
+			return nil, specError("Env", "value of %s holds a NUL byte", k)
+		}
+	}
+	if spec.Timeout < 0 {
+		return nil, specError("Timeout", "negative (%v)", spec.Timeout)
+	}
+	if spec.IdleTimeout < 0 {
+		return nil, specError("IdleTimeout", "negative (%v)", spec.IdleTimeout)
+	}
+	spec.Dir = dir
+	spec.Env = maps_clone(spec.Env)
+	timeout := spec.Timeout
+	if timeout == 0 {
+		timeout = r.cfg.DefaultTimeout
+	}
+	extra := make([]string, 0, len(spec.Env))
+	for k, v := range spec.Env {
+		extra = append(extra, k+"="+v)
+	}
+	slices.Sort(extra)
+	j := &job{
+		id:       jobID(&r.key, &spec, dir, timeout),
+		spec:     spec,
+		timeout:  timeout,
+		argv:     append(slices.Clip(r.cfg.Shell), spec.Command),
+		env:      mergeEnv(r.cfg.Env, extra),
+		started:  time.Now(),
+		done:     make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+		heapIdx:  -1,
+		state:    Running,
+		exitCode: exitUnknown,
+		out:      newOutbuf(r.cfg.HeadBytes, r.cfg.TailBytes),
+	}
+	return j, nil
+}
+
+func specError(field, format string, args ...any) error {
+	return fmt.Errorf("%w: Spec.%s: %s", ErrInvalidSpec, field, fmt.Sprintf(format, args...))
+}
+
+func hasNUL(s string) bool { return strings.IndexByte(s, 0) >= 0 }
+
+func maps_clone(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	c := make(map[string]string, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+// mergeEnv returns base with each "KEY=value" of the lists after it set,
+// later entries replacing earlier ones of the same key.
+func mergeEnv(base []string, lists ...[]string) []string {
+	out := make([]string, 0, len(base)+8)
+	index := make(map[string]int, len(base)+8)
+	add := func(kv string) {
+		k, _, _ := strings.Cut(kv, "=")
+		if kv != "" && kv[0] == '=' {
+			// Windows keeps per-drive directories as "=C:=C:\\dir".
+			k = kv[:1+strings.IndexByte(kv[1:], '=')+1]
+		}
+		k = envKey(k)
+		if i, ok := index[k]; ok {
+			out[i] = kv
+			return
+		}
+		index[k] = len(out)
+		out = append(out, kv)
+	}
+	for _, kv := range base {
+		add(kv)
+	}
+	for _, l := range lists {
+		for _, kv := range l {
+			add(kv)
+		}
+	}
+	return out
+}
+
+// spawn starts j's process and its supervisor, or ends j at once if it was
+// cancelled first or its process cannot start. It runs outside any lock
+// and owns the launch's count in r.wg.
+func (r *Registry) spawn(j *job) {
+	if req := j.stopReq.Load(); req != stopNone {
+		// A Cancel (or Close) that arrives before the process exists
+		// prevents the spawn.
+		r.finish(j, outcome{state: Cancelled, exitCode: exitCancelled, reason: stopReason(req) + " before start"})
+		r.wg.Done()
+		return
+	}
+	p, rd, err := startProcess(j.argv, j.spec.Dir, j.env, j.spec.Stdin)
+	if err != nil {
+		r.finish(j, outcome{state: Failed, exitCode: exitUnknown, reason: "spawn: " + err.Error()})
+		r.wg.Done()
+		return
+	}
+	j.mu.Lock()
+	j.pid = p.pid
+	j.mu.Unlock()
+	j.rd.Store(&rd)
+	if t := r.cfg.Telemetry; t != nil {
+		r.mu.Lock()
+		bg := j.pollable
+		r.mu.Unlock()
+		t.JobStarted(Event{ID: j.id, Session: j.spec.Session, State: Running, ExitCode: exitUnknown, Background: bg})
+	}
+	r.wg.Add(1) // the waiter
+	go r.await(j, p)
+	go r.supervise(j, p, rd)
+}
+
+// await is the waiter goroutine: it blocks until the shell exits, without
+// reaping it (so its process group ID cannot be reused while the
+// supervisor may still signal it), then wakes the supervisor.
+func (r *Registry) await(j *job, p *process) {
+	defer r.wg.Done()
+	if err := p.wait(); err != nil {
+		r.cfg.Logger.Warn("bgjob: wait", "id", j.id, "pid", p.pid, "err", err)
+	}
+	j.exited.Store(true)
+	j.poke()
+}
+
+// poke wakes the supervisor to look at the job's requests and flags: it
+// interrupts a blocked read of the pipe, or a wait once the pipe is at EOF.
+func (j *job) poke() {
+	select {
+	case j.wake <- struct{}{}:
+	default:
+	}
+	if rd := j.rd.Load(); rd != nil {
+		(*rd).SetReadDeadline(time.Unix(1, 0)) // in the past: the read returns now
+	}
+}
+
+func stopReason(req int32) string {
+	if req == stopClose {
+		return "registry closed"
+	}
+	return "cancelled"
+}
+
+// outcome is how a job ended.
+type outcome struct {
+	state    State
+	exitCode int
+	reason   string
+	notice   string // about leftover processes
+}
+
+// finish admits j's final output, records how it ended, queues its
+// completion, hands it to retention, and then calls the hooks, outside
+// any lock.
+func (r *Registry) finish(j *job, o outcome) {
+	j.mu.Lock()
+	v := j.out.view()
+	j.mu.Unlock()
+	fin := r.admitFinal(j, v, o.notice)
+	now := time.Now()
+
+	r.mu.Lock()
+	j.mu.Lock()
+	j.state, j.exitCode, j.reason, j.ended = o.state, o.exitCode, o.reason, now
+	j.fin, j.out = fin, nil
+	j.finGen++
+	j.mu.Unlock()
+	r.running--
+	j.retEnd, j.retBytes = r.now(), int64(len(fin.out.Text))
+	pollable := j.pollable
+	c := Completion{ID: j.id, Session: j.spec.Session, Command: j.spec.Command, State: o.state, ExitCode: o.exitCode, Ended: now}
+	if pollable {
+		r.queues[c.Session] = append(r.queues[c.Session], c)
+		if j.holders == 0 && r.jobs[j.id] == j {
+			r.retainLocked(j)
+		}
+	}
+	r.pruneLocked(j.retEnd)
+	close(j.done)
+	r.mu.Unlock()
+
+	if t := r.cfg.Telemetry; t != nil {
+		t.JobFinished(Event{
+			ID: j.id, Session: j.spec.Session, State: o.state, ExitCode: o.exitCode,
+			Duration: now.Sub(j.started), Bytes: v.total, Background: pollable,
+			Category: categoryOf(o.state, o.exitCode),
+		})
+	}
+	if pollable && r.cfg.OnComplete != nil {
+		r.cfg.OnComplete(c)
+	}
+}
+
+// admitFinal passes a finished job's output through the Admitter once and
+// maps the admitted text back onto raw offsets for Read.
+func (r *Registry) admitFinal(j *job, v rawView, notice string) *final {
+	text := v.text()
+	a := r.admit(AdmitRequest{ID: j.id, Session: j.spec.Session, Command: j.spec.Command, Text: text, Omitted: v.omitted()})
+	f := &final{out: Output{Total: v.total, Omitted: v.omitted()}}
+	if a.Withhold {
+		f.out.Withheld, f.out.Omitted = true, v.total
+	} else {
+		f.out.Text = a.Text
+		pieces := []rawPiece{{start: 0, end: int64(len(v.head)), bytes: v.head}}
+		if v.omitted() > 0 {
+			pieces = append(pieces, rawPiece{start: v.tailBegin, end: v.total, bytes: v.tail})
+		}
+		f.segs = mapSegments(a.Text, v.separator(), pieces)
+	}
+	f.out.Notice = joinNotices(truncationNotice(v.omitted()), notice, a.Notice)
+	return f
+}
+
+func truncationNotice(omitted int64) string {
+	if omitted == 0 {
+		return ""
+	}
+	return fmt.Sprintf("output truncated: %d bytes omitted between head and tail", omitted)
+}
+
+func joinNotices(ns ...string) string {
+	var b strings.Builder
+	for _, n := range ns {
+		if n == "" {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(n)
+	}
+	return b.String()
+}
+
+// Status returns a snapshot of the job with the given ID. A running job's
+// text passes the Admitter (Partial set) on every call. It fails with
+// ErrNotFound if no such job is running or retained.
+func (r *Registry) Status(id ID) (Snapshot, error) {
+	j, err := r.lookup(id)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	return r.snapshot(j), nil
+}
+
+// lookup finds a job that may be polled: running, or finished and
+// pollable.
+func (r *Registry) lookup(id ID) (*job, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pruneLocked(r.now())
+	j := r.jobs[id]
+	if j == nil || (!j.pollable && isDone(j)) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return j, nil
+}
+
+func isDone(j *job) bool {
+	select {
+	case <-j.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// snapshot copies j's state. A running job's text is admitted on the way
+// out; a finished job's text was admitted when it ended.
+func (r *Registry) snapshot(j *job) Snapshot {
+	j.mu.Lock()
+	s := Snapshot{
+		ID: j.id, Session: j.spec.Session, Command: j.spec.Command, Dir: j.spec.Dir,
+		State: j.state, ExitCode: j.exitCode, PID: j.pid, Started: j.started, Ended: j.ended,
+		Reason: j.reason,
+	}
+	if j.fin != nil {
+		s.Output = j.fin.out
+		j.mu.Unlock()
+		return s
+	}
+	v := j.out.view()
+	j.mu.Unlock()
+	text := v.text()
+	a := r.admit(AdmitRequest{ID: j.id, Session: j.spec.Session, Command: j.spec.Command, Text: text, Partial: true, Omitted: v.omitted()})
+	s.Output = Output{Text: a.Text, Total: v.total, Omitted: v.omitted(), Withheld: a.Withhold,
+		Notice: joinNotices(truncationNotice(v.omitted()), a.Notice)}
+	if a.Withhold {
+		s.Output.Omitted = v.total
+	}
+	return s
+}
+
+// Read returns the job's output from the absolute stream offset, at most
+// about max bytes of it. Read never consumes output: any offset may be
+// read again, by any number of readers. Asking for bytes the registry no
+// longer holds returns the next held byte with Chunk.Skipped set.
+//
+// Without an Admitter, Data is exactly the stream's bytes [Offset, Next).
+// With one, Data is the admitted form of those bytes, so its length may
+// differ from Next-Offset while the offsets stay those of the raw stream,
+// and Read serves whole lines where it can (a chunk ends after a
+// newline; a running job's incomplete last line waits until it is
+// complete, unless it alone is max bytes or longer), so that no secret
+// is split between two chunks. After the job ends, Data comes from the
+// final admitted text: byte for byte where the Admitter kept the length,
+// line for line where it kept the number of lines, and otherwise as the
+// whole of the head or the tail, served only from its start.
+//
+// Read fails with ErrNotFound for an unknown ID and with
+// ErrInvalidArgument for a negative offset, an offset past the end of
+// the stream, or a max that is not positive.
+func (r *Registry) Read(id ID, offset int64, max int) (Chunk, error) {
+	if offset < 0 {
+		return Chunk{}, fmt.Errorf("%w: Read offset %d: negative", ErrInvalidArgument, offset)
+	}
+	if max <= 0 {
+		return Chunk{}, fmt.Errorf("%w: Read max %d: not positive", ErrInvalidArgument, max)
+	}
+	j, err := r.lookup(id)
+	if err != nil {
+		return Chunk{}, err
+	}
+	j.mu.Lock()
+	if f := j.fin; f != nil {
+		j.mu.Unlock()
+		if offset > f.out.Total {
+			return Chunk{}, pastEnd(offset, f.out.Total)
+		}
+		return f.read(offset, max), nil
+	}
+	b := j.out
+	if offset > b.total {
+		j.mu.Unlock()
+		return Chunk{}, pastEnd(offset, b.total)
+	}
+	headEnd, tailBegin := b.held()
+	c := Chunk{Offset: offset}
+	if offset >= headEnd && offset < tailBegin {
+		c.Skipped, c.Offset = tailBegin-offset, tailBegin
+	}
+	end := b.total
+	if c.Offset < headEnd {
+		end = headEnd
+	}
+	to := min(c.Offset+int64(max), end)
+	data := b.appendRange(nil, c.Offset, to)
+	total := b.total
+	j.mu.Unlock()
+
+	if r.cfg.Admitter == nil {
+		c.Data, c.Next = string(data), to
+		return c, nil
+	}
+	// Whole lines only, so that the Admitter never sees half a secret.
+	if i := lastNewline(data); i >= 0 {
+		data = data[:i+1]
+	} else if to == total && len(data) < max {
+		data = nil // an incomplete last line: wait for the rest of it
+	}
+	c.Next = c.Offset + int64(len(data))
+	if len(data) > 0 {
+		a := r.admit(AdmitRequest{ID: j.id, Session: j.spec.Session, Command: j.spec.Command,
+			Text: string(data), Partial: true, Omitted: total - int64(len(data))})
+		c.Data = a.Text
+	}
+	return c, nil
+}
+
+func lastNewline(p []byte) int {
+	for i := len(p) - 1; i >= 0; i-- {
+		if p[i] == '\n' {
+			return i
+		}
+	}
+	return -1
+}
+
+func pastEnd(offset, total int64) error {
+	return fmt.Errorf("%w: Read offset %d: past the end of the stream (%d)", ErrInvalidArgument, offset, total)
+}
+
+// Wait blocks until the job has ended or ctx is done. It returns the final
+// snapshot, or the current one and an error wrapping ctx.Err(). It fails
+// with ErrNotFound if no such job is running or retained.
+func (r *Registry) Wait(ctx context.Context, id ID) (Snapshot, error) {
+	j, err := r.lookup(id)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	select {
+	case <-j.done:
+		return r.snapshot(j), nil
+	case <-ctx.Done():
+		return r.snapshot(j), fmt.Errorf("bgjob: wait %s: %w", id, ctx.Err())
+	}
+}
+
+// Cancel stops the job for everyone who started or joined it: SIGTERM to
+// its whole process group (CTRL_BREAK on Windows), then after
+// Config.KillGrace, SIGKILL. It blocks until the job has ended, which the
+// escalation bounds to about KillGrace plus a short drain of its output,
+// and returns the final snapshot. Cancelling a job that has already ended
+// returns its snapshot unchanged. It fails with ErrNotFound if no such job
+// is running or retained.
+func (r *Registry) Cancel(id ID) (Snapshot, error) {
+	j, err := r.lookup(id)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	j.stopReq.CompareAndSwap(stopNone, stopCancel)
+	j.poke()
+	<-j.done
+	return r.snapshot(j), nil
+}
+
+// List returns snapshots of the session's jobs that can be polled,
+// running or retained, oldest first. Running jobs' texts pass the
+// Admitter.
+func (r *Registry) List(session string) []Snapshot {
+	r.mu.Lock()
+	r.pruneLocked(r.now())
+	var js []*job
+	for _, j := range r.jobs {
+		if j.spec.Session == session && (j.pollable || !isDone(j)) {
+			js = append(js, j)
+		}
+	}
+	r.mu.Unlock()
+	slices.SortFunc(js, func(a, b *job) int { return a.started.Compare(b.started) })
+	out := make([]Snapshot, len(js))
+	for i, j := range js {
+		out[i] = r.snapshot(j)
+	}
+	return out
+}
+
+// Completions returns the session's queued completions, oldest first, and
+// empties the queue: each completion is delivered once.
+func (r *Registry) Completions(session string) []Completion {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	q := r.queues[session]
+	delete(r.queues, session)
+	return q
+}
+
+// Running returns the number of jobs that are running.
+func (r *Registry) Running() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.running
+}
+
+// Readmit runs the current Admitter again over the text of every finished
+// job the registry holds, for example after the output policy changed.
+// A job whose text changed meanwhile (a newer run, or another Readmit)
+// is left alone. A withholding verdict clears the text. ctx bounds the
+// whole pass; Readmit returns ctx.Err() wrapped if it ends early, or
+// ErrClosed after Close.
+func (r *Registry) Readmit(ctx context.Context) error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return ErrClosed
+	}
+	var js []*job
+	for _, j := range r.jobs {
+		if isDone(j) {
+			js = append(js, j)
+		}
+	}
+	r.mu.Unlock()
+	for _, j := range js {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("bgjob: readmit: %w", err)
+		}
+		j.mu.Lock()
+		f, gen := j.fin, j.finGen
+		j.mu.Unlock()
+		if f.out.Withheld {
+			continue
+		}
+		a := r.admit(AdmitRequest{ID: j.id, Session: j.spec.Session, Command: j.spec.Command, Text: f.out.Text, Omitted: f.out.Omitted})
+		nf := f.readmitted(a)
+		r.mu.Lock()
+		j.mu.Lock()
+		if j.finGen == gen {
+			j.fin = nf
+			j.finGen++
+			r.resizeLocked(j, int64(len(nf.out.Text)))
+		}
+		j.mu.Unlock()
+		r.mu.Unlock()
+	}
+	return nil
+}
+
+// readmitted returns f with its text replaced by the verdict a.
+func (f *final) readmitted(a Admitted) *final {
+	nf := &final{out: f.out}
+	nf.out.Notice = joinNotices(f.out.Notice, a.Notice)
+	if a.Withhold {
+		nf.out.Text, nf.out.Withheld, nf.out.Omitted = "", true, f.out.Total
+		return nf
+	}
+	nf.out.Text = a.Text
+	if f.segs == nil {
+		return nf
+	}
+	pieces := make([]rawPiece, len(f.segs))
+	for k, sg := range f.segs {
+		pieces[k] = rawPiece{start: sg.start, end: sg.end, lines: sg.rawLines}
+		if old := f.out.Text[sg.lo:sg.hi]; sg.rawLines == nil && int64(len(old)) == sg.end-sg.start {
+			// The old text stood byte for byte for the raw range, so
+			// its lines are the raw lines.
+			pieces[k].bytes = []byte(old)
+		}
+	}
+	sep := ""
+	if len(f.segs) == 2 {
+		sep = f.out.Text[f.segs[0].hi:f.segs[1].lo]
+	}
+	nf.segs = mapSegments(a.Text, sep, pieces)
+	return nf
+}
+
+// Close stops every running job as Cancel does and waits for every
+// goroutine the registry started. If ctx ends first, the jobs still
+// running are killed at once (SIGKILL) and Close returns ctx.Err()
+// wrapped once they are gone. After Close, Start, RunForeground and
+// Readmit fail with ErrClosed; Status, Read, List and Completions go on
+// serving what was retained. Close is idempotent.
+func (r *Registry) Close(ctx context.Context) error {
+	r.mu.Lock()
+	r.closed = true
+	var js []*job
+	for _, j := range r.jobs {
+		if !isDone(j) {
+			js = append(js, j)
+		}
+	}
+	r.mu.Unlock()
+	for _, j := range js {
+		j.stopReq.CompareAndSwap(stopNone, stopClose)
+		j.poke()
+	}
+	all := make(chan struct{})
+	go func() { // ends when the jobs' goroutines have; Close waits for it
+		r.wg.Wait()
+		close(all)
+	}()
+	var err error
+	select {
+	case <-all:
+	case <-ctx.Done():
+		err = fmt.Errorf("bgjob: close: %w", ctx.Err())
+		for _, j := range js {
+			j.force.Store(true)
+			j.poke()
+		}
+		<-all
+	}
+	r.abort()
+	return err
+}
+
+// Detach lets the host exit without stopping its jobs, so that a new
+// Registry on the same StateDir adopts them. It needs durable mode, which
+// this version does not have: it returns ErrUnsupported.
+func (r *Registry) Detach() error {
+	return fmt.Errorf("bgjob: detach: durable mode: %w", ErrUnsupported)
+}
+
+func (r *Registry) isClosed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closed
+}
