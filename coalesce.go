@@ -77,7 +77,7 @@ func jobID(key *[32]byte, spec *Spec, dir string, timeout time.Duration) ID {
 // joining a job makes it pollable.
 func (r *Registry) joinLocked(old *job, fg bool) bool {
 	switch {
-	case !isDone(old):
+	case !old.finished:
 	case fg && old.holders > 0:
 	default:
 		return false

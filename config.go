@@ -69,9 +69,11 @@ type Config struct {
 
 	// OnComplete, if not nil, is called once for each pollable job that
 	// ends, with the same Completion that Completions returns. It is
-	// called from a goroutine of the registry, never under its lock,
-	// possibly after Wait on that job has returned; it must not block
-	// for long.
+	// called from the goroutine that supervises the job (for a job that
+	// failed to spawn, from the launching call), never under the
+	// registry's lock, after the completion is queued and before Wait on
+	// that job returns. The job's end waits for it, so it must not block
+	// for long; it never delays another job.
 	OnComplete func(Completion)
 
 	// Guard, if not nil, is called with every valid Spec before it is

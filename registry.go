@@ -23,6 +23,11 @@ type Registry struct {
 	abort context.CancelFunc
 	now   func() time.Time // the clock of retention; tests replace it
 
+	// Seams for tests; nil in production.
+	start         func(argv []string, dir string, env []string, stdin string) (*process, outputReader, error)
+	hookSpawn     func(ID) // before a process is spawned
+	hookCollect   func(ID) // before a foreground caller takes its final result
+
 	// wg counts the goroutines of running jobs (two each: the supervisor
 	// and the waiter) and the launches between admission and spawn.
 	wg sync.WaitGroup
@@ -48,7 +53,8 @@ type job struct {
 	argv    []string
 	env     []string
 	started time.Time
-	done    chan struct{} // closed when the job has ended and fin is set
+	spawned chan struct{} // closed once the spawn was tried: pid is final
+	done    chan struct{} // closed when the job has ended and its hooks have run
 	wake    chan struct{} // pokes the supervisor once its pipe is at EOF
 
 	// Requests to the supervisor, set by Cancel and Close.
@@ -58,6 +64,7 @@ type job struct {
 	rd      atomic.Pointer[outputReader]
 
 	// Guarded by Registry.mu.
+	finished bool      // the job has ended; done closes once the hooks have run
 	pollable bool      // Start launched or joined it, or a foreground caller detached
 	holders  int       // RunForeground callers that have not yet received their result
 	heapIdx  int       // index in Registry.ret, or -1
@@ -107,6 +114,7 @@ func New(cfg Config) (*Registry, error) {
 		ctx:    ctx,
 		abort:  abort,
 		now:    time.Now,
+		start:  startProcess,
 		jobs:   make(map[ID]*job),
 		queues: make(map[string][]Completion),
 	}, nil
@@ -184,6 +192,9 @@ func (r *Registry) RunForeground(ctx context.Context, spec Spec, fg Foreground) 
 
 // collect gives a foreground caller the final result and lets go of it.
 func (r *Registry) collect(j *job, joined bool) Result {
+	if r.hookCollect != nil {
+		r.hookCollect(j.id)
+	}
 	s := r.snapshot(j)
 	s.Joined = joined
 	r.release(j)
@@ -194,11 +205,10 @@ func (r *Registry) collect(j *job, joined bool) Result {
 // the job has ended meanwhile: then the caller gets the final result.
 func (r *Registry) detach(j *job, joined bool) Result {
 	r.mu.Lock()
-	select {
-	case <-j.done:
+	if j.finished {
 		r.mu.Unlock()
+		<-j.done // its hooks are running: the result is moments away
 		return r.collect(j, joined)
-	default:
 	}
 	j.pollable = true
 	j.holders--
@@ -256,6 +266,7 @@ func (r *Registry) launch(ctx context.Context, spec Spec, fg bool) (*job, bool, 
 	if old := r.jobs[j.id]; old != nil {
 		if r.joinLocked(old, fg) {
 			r.mu.Unlock()
+			<-old.spawned // so that the joiner's snapshot has the PID
 			return old, true, nil
 		}
 	}
@@ -337,6 +348,7 @@ func (r *Registry) prepare(spec Spec) (*job, error) {
 		argv:     append(slices.Clip(r.cfg.Shell), spec.Command),
 		env:      mergeEnv(r.cfg.Env, extra),
 		started:  time.Now(),
+		spawned:  make(chan struct{}),
 		done:     make(chan struct{}),
 		wake:     make(chan struct{}, 1),
 		heapIdx:  -1,
@@ -398,15 +410,20 @@ func mergeEnv(base []string, lists ...[]string) []string {
 // cancelled first or its process cannot start. It runs outside any lock
 // and owns the launch's count in r.wg.
 func (r *Registry) spawn(j *job) {
+	if r.hookSpawn != nil {
+		r.hookSpawn(j.id)
+	}
 	if req := j.stopReq.Load(); req != stopNone {
 		// A Cancel (or Close) that arrives before the process exists
 		// prevents the spawn.
+		close(j.spawned)
 		r.finish(j, outcome{state: Cancelled, exitCode: exitCancelled, reason: stopReason(req) + " before start"})
 		r.wg.Done()
 		return
 	}
-	p, rd, err := startProcess(j.argv, j.spec.Dir, j.env, j.spec.Stdin)
+	p, rd, err := r.start(j.argv, j.spec.Dir, j.env, j.spec.Stdin)
 	if err != nil {
+		close(j.spawned)
 		r.finish(j, outcome{state: Failed, exitCode: exitUnknown, reason: "spawn: " + err.Error()})
 		r.wg.Done()
 		return
@@ -415,6 +432,7 @@ func (r *Registry) spawn(j *job) {
 	j.pid = p.pid
 	j.mu.Unlock()
 	j.rd.Store(&rd)
+	close(j.spawned)
 	if t := r.cfg.Telemetry; t != nil {
 		r.mu.Lock()
 		bg := j.pollable
@@ -466,8 +484,8 @@ type outcome struct {
 }
 
 // finish admits j's final output, records how it ended, queues its
-// completion, hands it to retention, and then calls the hooks, outside
-// any lock.
+// completion, hands it to retention, calls the hooks outside any lock,
+// and at last closes j.done.
 func (r *Registry) finish(j *job, o outcome) {
 	j.mu.Lock()
 	v := j.out.view()
@@ -491,9 +509,12 @@ func (r *Registry) finish(j *job, o outcome) {
 			r.retainLocked(j)
 		}
 	}
+	j.finished = true
 	r.pruneLocked(j.retEnd)
-	close(j.done)
 	r.mu.Unlock()
+	// The hooks run before done closes, so a Wait that returns has seen
+	// them. A slow hook delays this job's end, never another's.
+	defer close(j.done)
 
 	if t := r.cfg.Telemetry; t != nil {
 		t.JobFinished(Event{
@@ -566,19 +587,10 @@ func (r *Registry) lookup(id ID) (*job, error) {
 	defer r.mu.Unlock()
 	r.pruneLocked(r.now())
 	j := r.jobs[id]
-	if j == nil || (!j.pollable && isDone(j)) {
+	if j == nil || (!j.pollable && j.finished) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	return j, nil
-}
-
-func isDone(j *job) bool {
-	select {
-	case <-j.done:
-		return true
-	default:
-		return false
-	}
 }
 
 // snapshot copies j's state. A running job's text is admitted on the way
@@ -738,7 +750,7 @@ func (r *Registry) List(session string) []Snapshot {
 	r.pruneLocked(r.now())
 	var js []*job
 	for _, j := range r.jobs {
-		if j.spec.Session == session && (j.pollable || !isDone(j)) {
+		if j.spec.Session == session && (j.pollable || !j.finished) {
 			js = append(js, j)
 		}
 	}
@@ -782,7 +794,7 @@ func (r *Registry) Readmit(ctx context.Context) error {
 	}
 	var js []*job
 	for _, j := range r.jobs {
-		if isDone(j) {
+		if j.finished {
 			js = append(js, j)
 		}
 	}
@@ -852,7 +864,7 @@ func (r *Registry) Close(ctx context.Context) error {
 	r.closed = true
 	var js []*job
 	for _, j := range r.jobs {
-		if !isDone(j) {
+		if !j.finished {
 			js = append(js, j)
 		}
 	}

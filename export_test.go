@@ -1,0 +1,42 @@
+package bgjob
+
+import "time"
+
+// Seams for the black-box tests in package bgjob_test.
+
+// SetHooks installs test hooks: spawn runs just before a job's process is
+// spawned, collect just before a RunForeground caller takes its final
+// result.
+func SetHooks(r *Registry, spawn, collect func(ID)) {
+	r.hookSpawn, r.hookCollect = spawn, collect
+}
+
+// SetClock replaces the retention clock.
+func SetClock(r *Registry, now func() time.Time) { r.now = now }
+
+// RequestCancel asks for a job's stop without waiting for its end, as the
+// first half of Cancel does.
+func RequestCancel(r *Registry, id ID) {
+	r.mu.Lock()
+	j := r.jobs[id]
+	r.mu.Unlock()
+	if j != nil {
+		j.stopReq.CompareAndSwap(stopNone, stopCancel)
+		j.poke()
+	}
+}
+
+// FailSpawns makes every later spawn fail at once without a process, for
+// benchmarks of the registry's own bookkeeping.
+func FailSpawns(r *Registry) {
+	r.start = func([]string, string, []string, string) (*process, outputReader, error) {
+		return nil, nil, ErrUnsupported
+	}
+}
+
+// Retained returns the number of jobs in the retention set.
+func Retained(r *Registry) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.ret.h)
+}

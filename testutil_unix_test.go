@@ -1,0 +1,141 @@
+//go:build unix
+
+package bgjob_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bgjob/bgjob"
+)
+
+// helperCmd returns a shell command line that runs the test binary as a
+// helper in the given mode.
+func helperCmd(args ...string) string {
+	q := make([]string, 0, len(args)+1)
+	for _, a := range append([]string{os.Args[0]}, args...) {
+		q = append(q, "'"+strings.ReplaceAll(a, "'", `'\''`)+"'")
+	}
+	return strings.Join(q, " ")
+}
+
+// helperSpec is a Spec running the test binary as a helper.
+func helperSpec(args ...string) bgjob.Spec {
+	return bgjob.Spec{Command: helperCmd(args...), Env: helperEnv}
+}
+
+// newRegistry returns a Registry closed at the end of the test; a Close
+// that fails or leaves a process of one of its jobs fails the test.
+func newRegistry(t *testing.T, cfg bgjob.Config) *bgjob.Registry {
+	t.Helper()
+	if cfg.KillGrace == 0 {
+		cfg.KillGrace = 500 * time.Millisecond
+	}
+	r, err := bgjob.New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+		if err := r.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return r
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// wait waits for the job's end, failing the test at the deadline.
+func wait(t *testing.T, r *bgjob.Registry, id bgjob.ID) bgjob.Snapshot {
+	t.Helper()
+	s, err := r.Wait(ctxT(t), id)
+	if err != nil {
+		t.Fatalf("Wait(%s): %v", id, err)
+	}
+	return s
+}
+
+// liveInSession returns the processes of session sid that are alive (not
+// zombies), read from /proc. Off Linux it returns nil.
+func liveInSession(sid int) []int {
+	if runtime.GOOS != "linux" || sid <= 0 {
+		return nil
+	}
+	names, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range names {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		f := strings.Fields(string(b[i+2:])) // state ppid pgrp session ...
+		if len(f) > 3 && f[0] != "Z" && f[3] == strconv.Itoa(sid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// assertGone fails the test if a process of the job's session is alive.
+func assertGone(t *testing.T, s bgjob.Snapshot) {
+	t.Helper()
+	if pids := liveInSession(s.PID); len(pids) > 0 {
+		t.Errorf("job %s: processes %v of its session are still alive; want none", s.ID, pids)
+	}
+}
+
+// telemetryRecorder records Telemetry events.
+type telemetryRecorder struct {
+	mu       sync.Mutex
+	started  []bgjob.Event
+	finished []bgjob.Event
+	onFinish func(bgjob.Event)
+}
+
+func (tr *telemetryRecorder) JobStarted(e bgjob.Event) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.started = append(tr.started, e)
+}
+
+func (tr *telemetryRecorder) JobFinished(e bgjob.Event) {
+	tr.mu.Lock()
+	tr.finished = append(tr.finished, e)
+	f := tr.onFinish
+	tr.mu.Unlock()
+	if f != nil {
+		f(e)
+	}
+}
+
+func (tr *telemetryRecorder) counts() (started, finished int) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return len(tr.started), len(tr.finished)
+}
+
+func mustErr(t *testing.T, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Fatalf("err = %v; want one wrapping %v", err, want)
+	}
+}
