@@ -24,9 +24,9 @@ type Registry struct {
 	now   func() time.Time // the clock of retention; tests replace it
 
 	// Seams for tests; nil in production.
-	start         func(argv []string, dir string, env []string, stdin string) (*process, outputReader, error)
-	hookSpawn     func(ID) // before a process is spawned
-	hookCollect   func(ID) // before a foreground caller takes its final result
+	start       func(argv []string, dir string, env []string, stdin string) (*process, outputReader, error)
+	hookSpawn   func(ID) // before a process is spawned
+	hookCollect func(ID) // before a foreground caller takes its final result
 
 	// wg counts the goroutines of running jobs (two each: the supervisor
 	// and the waiter) and the launches between admission and spawn.
