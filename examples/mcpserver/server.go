@@ -1,0 +1,396 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bgjob/bgjob"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Options configure a [Server]. The zero Options are usable.
+type Options struct {
+	// Jail, if set, is a directory that every job's working directory
+	// must lie in once symlinks are resolved. It is also the default
+	// working directory. If Jail is empty, any directory is allowed and
+	// the default is the host's working directory.
+	Jail string
+
+	// MaxRunning limits the jobs running at once across all sessions.
+	// If MaxRunning is 0, bgjob's default (64) applies.
+	MaxRunning int
+
+	// StateDir turns on bgjob's durable mode. The library does not have
+	// it yet, so New fails with an error wrapping bgjob.ErrUnsupported.
+	StateDir string
+
+	// ProgressInterval is how often a waiting shell call sends a progress
+	// notification (when the client asked for them). If it is 0, 1s.
+	ProgressInterval time.Duration
+
+	// KillGrace is how long a cancelled job has between SIGTERM and
+	// SIGKILL. If it is 0, bgjob's default (2s) applies.
+	KillGrace time.Duration
+
+	// Logger receives the server's own diagnostics, never job output.
+	// If Logger is nil, nothing is logged.
+	Logger *slog.Logger
+}
+
+// Server is an MCP server whose tools run shell commands as bgjob jobs.
+//
+// Each MCP client connection is one bgjob session: its jobs are invisible
+// to every other connection, and they are cancelled when it ends. A Server
+// is safe for use by many goroutines; [Server.Close] stops it.
+type Server struct {
+	mcp    *mcp.Server
+	reg    *bgjob.Registry
+	log    *slog.Logger
+	jail   string // symlink-resolved Options.Jail, or ""
+	notify *notifier
+	once   sync.Once // closes notify
+
+	// watchers counts the goroutines that wait for a connection to end
+	// (one per Connect); Close waits for them.
+	watchers sync.WaitGroup
+
+	mu       sync.Mutex // guards the fields below
+	sessions map[*mcp.ServerSession]string
+	byID     map[string]*mcp.ServerSession
+	closed   bool
+}
+
+// defaultProgressInterval is short so that clients with a request timeout
+// of their own (many reset it on progress) keep waiting for a long command.
+const defaultProgressInterval = time.Second
+
+// New returns a Server with its tools registered and its registry
+// running. It fails if the registry cannot be created, for example with
+// an error wrapping bgjob.ErrUnsupported when StateDir is set.
+func New(opts Options) (*Server, error) {
+	s := &Server{
+		log:      opts.Logger,
+		sessions: make(map[*mcp.ServerSession]string),
+		byID:     make(map[string]*mcp.ServerSession),
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	cfg := bgjob.Config{
+		MaxRunning:       opts.MaxRunning,
+		ProgressInterval: opts.ProgressInterval,
+		KillGrace:        opts.KillGrace,
+		Logger:           s.log,
+		OnComplete:       s.completed,
+	}
+	if cfg.ProgressInterval == 0 {
+		cfg.ProgressInterval = defaultProgressInterval
+	}
+	if opts.StateDir != "" {
+		abs, err := filepath.Abs(opts.StateDir)
+		if err != nil {
+			return nil, fmt.Errorf("state dir: %w", err)
+		}
+		cfg.StateDir = abs
+	}
+	if opts.Jail != "" {
+		jail, err := resolveDir(opts.Jail)
+		if err != nil {
+			return nil, fmt.Errorf("jail: %w", err)
+		}
+		s.jail = jail
+		cfg.Dir = jail
+		cfg.Guard = s.guard
+	}
+	reg, err := bgjob.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.reg = reg
+	s.notify = newNotifier(s)
+	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "bgjob-mcpserver", Version: "v0.1.0"}, &mcp.ServerOptions{
+		Instructions: instructions,
+		Logger:       s.log,
+	})
+	s.addTools()
+	return s, nil
+}
+
+const instructions = `Run shell commands with the shell tool. A command that is still running ` +
+	`after wait_ms (default 30s) keeps running in the background and the call returns its job_id ` +
+	`with detached: true; follow it with shell_status (incremental output by offset), ` +
+	`shell_wait, or shell_cancel. shell_list shows this connection's jobs. ` +
+	`When a detached job ends the server sends a logging notification (logger "bgjob") ` +
+	`if the client has set a logging level.`
+
+// resolveDir makes dir absolute and resolves its symlinks.
+func resolveDir(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return "", err
+	}
+	fi, err := os.Stat(real)
+	if err != nil {
+		return "", err
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("%s is not a directory", dir)
+	}
+	return real, nil
+}
+
+// errOutsideJail is what the guard refuses a working directory with.
+var errOutsideJail = errors.New("working directory is outside the allowed directory")
+
+// guard is the Config.Guard of a jailed server: it refuses a job whose
+// working directory, with symlinks resolved, is not the jail or below it.
+// Resolving matters: "jail/link" pointing at "/" is lexically inside the
+// jail and really outside it.
+//
+// This jails the starting directory only; the command itself can still
+// cd anywhere the server's user may. It is a guard against mistakes, not
+// a sandbox.
+func (s *Server) guard(_ context.Context, spec bgjob.Spec) error {
+	real, err := filepath.EvalSymlinks(spec.Dir)
+	if err != nil {
+		return fmt.Errorf("resolve working directory: %w", err)
+	}
+	if !within(s.jail, real) {
+		return errOutsideJail
+	}
+	return nil
+}
+
+// within reports whether path is root or lies below it. Both are clean
+// absolute paths.
+func within(root, path string) bool {
+	rel, err := filepath.Rel(root, path)
+	if err != nil {
+		return false
+	}
+	return rel == "." || (rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)))
+}
+
+// Connect serves one MCP connection over t until the client goes away or
+// Close is called. The connection is a bgjob session of its own; when it
+// ends, its running jobs are cancelled, since no other connection can
+// reach them.
+func (s *Server) Connect(ctx context.Context, t mcp.Transport) (*mcp.ServerSession, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, bgjob.ErrClosed
+	}
+	// Counted under mu so that Close, which sets closed under mu, waits
+	// for every watcher that was ever started.
+	s.watchers.Add(1)
+	s.mu.Unlock()
+	ss, err := s.mcp.Connect(ctx, t, nil)
+	if err != nil {
+		s.watchers.Done()
+		return nil, err
+	}
+	s.session(ss)
+	go func() { // ends when the connection does; Close closes it
+		defer s.watchers.Done()
+		_ = ss.Wait()
+		s.endSession(ss)
+	}()
+	return ss, nil
+}
+
+// session returns the bgjob session of an MCP connection: the MCP session
+// ID where the transport has one (streamable HTTP), otherwise a random ID
+// made on first use (stdio and in-memory connections have none, and two
+// of them must still be told apart).
+func (s *Server) session(ss *mcp.ServerSession) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if id, ok := s.sessions[ss]; ok {
+		return id
+	}
+	id := ss.ID()
+	if id == "" {
+		var b [12]byte
+		rand.Read(b[:])
+		id = "conn_" + hex.EncodeToString(b[:])
+	}
+	s.sessions[ss] = id
+	s.byID[id] = ss
+	return id
+}
+
+// endSession forgets a connection and cancels its running jobs.
+func (s *Server) endSession(ss *mcp.ServerSession) {
+	s.mu.Lock()
+	id, ok := s.sessions[ss]
+	delete(s.sessions, ss)
+	if ok {
+		delete(s.byID, id)
+	}
+	s.mu.Unlock()
+	if !ok {
+		return
+	}
+	var wg sync.WaitGroup
+	for _, snap := range s.reg.List(id) {
+		if snap.State.Done() {
+			continue
+		}
+		wg.Add(1)
+		go func() { // Cancel blocks up to the kill grace: stop them together
+			defer wg.Done()
+			_, _ = s.reg.Cancel(snap.ID)
+		}()
+	}
+	wg.Wait()
+}
+
+// Close ends every connection, stops every running job and waits for all
+// the goroutines of the server and its registry. ctx bounds the polite
+// stop of the jobs, as in bgjob.Registry.Close.
+func (s *Server) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	var open []*mcp.ServerSession
+	for ss := range s.sessions {
+		open = append(open, ss)
+	}
+	s.mu.Unlock()
+	for _, ss := range open {
+		_ = ss.Close()
+	}
+	s.watchers.Wait()
+	err := s.reg.Close(ctx)
+	// The registry calls OnComplete for the jobs it stops; the notifier
+	// drops those, as their connections are gone, and then ends.
+	s.once.Do(s.notify.close)
+	return err
+}
+
+// completed is the registry's OnComplete hook. It runs on a goroutine of
+// the registry, which must not block on a slow client, so it only hands
+// the session's completions to the notifier. Draining Completions here
+// keeps the registry's queue bounded and delivers each completion once.
+func (s *Server) completed(c bgjob.Completion) {
+	s.notify.push(s.reg.Completions(c.Session))
+}
+
+// notifier sends completion notifications from a goroutine of its own, so
+// that a client that does not read its input never stalls the registry.
+type notifier struct {
+	s    *Server
+	wake chan struct{} // buffered, 1
+	quit chan struct{} // closed by close
+	done chan struct{} // closed when the goroutine ends
+
+	mu    sync.Mutex // guards queue
+	queue []bgjob.Completion
+}
+
+// maxQueued bounds the completions waiting to be sent; beyond it the
+// oldest are dropped (and logged). Clients can always poll shell_list.
+const maxQueued = 1024
+
+// notifyTimeout bounds one notification write to a client.
+const notifyTimeout = 5 * time.Second
+
+func newNotifier(s *Server) *notifier {
+	n := &notifier{s: s, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	go n.run() // ends when close is called
+	return n
+}
+
+func (n *notifier) push(cs []bgjob.Completion) {
+	if len(cs) == 0 {
+		return
+	}
+	n.mu.Lock()
+	n.queue = append(n.queue, cs...)
+	if d := len(n.queue) - maxQueued; d > 0 {
+		n.s.log.Warn("mcpserver: dropping completion notifications", "count", d)
+		n.queue = append(n.queue[:0], n.queue[d:]...)
+	}
+	n.mu.Unlock()
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (n *notifier) run() {
+	defer close(n.done)
+	for {
+		select {
+		case <-n.quit:
+			return
+		case <-n.wake:
+		}
+		n.mu.Lock()
+		q := n.queue
+		n.queue = nil
+		n.mu.Unlock()
+		for _, c := range q {
+			n.send(c)
+		}
+	}
+}
+
+// send tells the owning connection, if it is still there, that a job
+// ended, as a logging notification at level "notice" from logger "bgjob".
+// The SDK sends it only if the client has set a logging level at or below
+// notice (logging/setLevel), as the MCP spec intends.
+func (n *notifier) send(c bgjob.Completion) {
+	n.s.mu.Lock()
+	ss := n.s.byID[c.Session]
+	n.s.mu.Unlock()
+	if ss == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
+	defer cancel()
+	err := ss.Log(ctx, &mcp.LoggingMessageParams{
+		Logger: "bgjob",
+		Level:  "notice",
+		Data: JobCompleted{
+			Event:    "job_completed",
+			JobID:    string(c.ID),
+			State:    c.State.String(),
+			ExitCode: c.ExitCode,
+			Command:  c.Command,
+			Ended:    c.Ended.UTC().Format(time.RFC3339Nano),
+		},
+	})
+	if err != nil {
+		n.s.log.Debug("mcpserver: completion notification", "id", c.ID, "err", err)
+	}
+}
+
+func (n *notifier) close() {
+	close(n.quit)
+	<-n.done
+}
+
+// JobCompleted is the data of the logging notification sent when a
+// detached or background job ends.
+type JobCompleted struct {
+	Event    string `json:"event"` // always "job_completed"
+	JobID    string `json:"job_id"`
+	State    string `json:"state"`
+	ExitCode int    `json:"exit_code"`
+	Command  string `json:"command"`
+	Ended    string `json:"ended"` // RFC 3339, UTC
+}

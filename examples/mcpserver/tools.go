@@ -1,0 +1,502 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/bgjob/bgjob"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Bounds on what a tool call may ask for. Values above a maximum are
+// lowered to it, not refused: a model that asks to wait an hour gets the
+// longest wait there is and a job ID to come back with.
+const (
+	defaultWait     = 30 * time.Second // shell's wait_ms and shell_wait's timeout_ms
+	maxWait         = 10 * time.Minute
+	defaultMaxBytes = 64 << 10 // shell_status's max_bytes
+	maxMaxBytes     = 1 << 20
+)
+
+// ShellInput is the input of the shell tool.
+type ShellInput struct {
+	Command       string `json:"command" jsonschema:"the command line, run by /bin/sh -c"`
+	Cwd           string `json:"cwd,omitempty" jsonschema:"working directory; relative paths are taken from the server's directory"`
+	TimeoutMs     int64  `json:"timeout_ms,omitempty" jsonschema:"wall-clock limit in milliseconds, also after detaching; 0 means the server default (30 minutes)"`
+	IdleTimeoutMs int64  `json:"idle_timeout_ms,omitempty" jsonschema:"limit in milliseconds on time without output; 0 means none"`
+	WaitMs        int64  `json:"wait_ms,omitempty" jsonschema:"how long to wait inline before detaching, in milliseconds; 0 means 30000; at most 600000"`
+	Background    bool   `json:"background,omitempty" jsonschema:"start the command and return its job_id at once"`
+	Stdin         string `json:"stdin,omitempty" jsonschema:"text written to the command's standard input, which is then closed"`
+}
+
+// ShellOutput is the structured result of the shell tool.
+type ShellOutput struct {
+	Detached     bool   `json:"detached" jsonschema:"true if the command is still running: use job_id with shell_status, shell_wait or shell_cancel"`
+	JobID        string `json:"job_id,omitempty" jsonschema:"the job's ID; set only when detached"`
+	Joined       bool   `json:"joined,omitempty" jsonschema:"an identical command of this session was already running and this call joined it"`
+	State        string `json:"state" jsonschema:"running, exited, cancelled, timed_out or failed"`
+	ExitCode     *int   `json:"exit_code,omitempty" jsonschema:"the exit status once the command has ended (124 timed out, 130 cancelled, 128+n killed by signal n, -1 failed to start)"`
+	Output       string `json:"output" jsonschema:"stdout and stderr interleaved; when too long, the head, an omission line and the tail"`
+	OutputBytes  int64  `json:"output_bytes" jsonschema:"bytes the command has written so far"`
+	OmittedBytes int64  `json:"omitted_bytes,omitempty" jsonschema:"bytes of output_bytes not in output"`
+	NextOffset   int64  `json:"next_offset" jsonschema:"offset to pass to shell_status to read the output that follows"`
+	DurationMs   int64  `json:"duration_ms" jsonschema:"time from start to end, or to now while running"`
+	Reason       string `json:"reason,omitempty" jsonschema:"why the job failed, timed out or was cancelled"`
+	Notice       string `json:"notice,omitempty" jsonschema:"truncation, withholding, leftover processes that were stopped"`
+}
+
+// JobInput names a job.
+type JobInput struct {
+	JobID string `json:"job_id" jsonschema:"a job ID returned by shell in this session"`
+}
+
+// StatusInput is the input of shell_status.
+type StatusInput struct {
+	JobID    string `json:"job_id" jsonschema:"a job ID returned by shell in this session"`
+	Offset   int64  `json:"offset,omitempty" jsonschema:"absolute output offset to read from; pass the previous next_offset; 0 reads from the start"`
+	MaxBytes int    `json:"max_bytes,omitempty" jsonschema:"at most about this many bytes of output; 0 means 65536; at most 1048576"`
+}
+
+// StatusOutput is the structured result of shell_status.
+type StatusOutput struct {
+	JobID       string `json:"job_id"`
+	Command     string `json:"command"`
+	State       string `json:"state" jsonschema:"running, exited, cancelled, timed_out or failed"`
+	ExitCode    *int   `json:"exit_code,omitempty" jsonschema:"the exit status once the job has ended"`
+	Output      string `json:"output" jsonschema:"output from offset up to next_offset"`
+	Offset      int64  `json:"offset" jsonschema:"absolute offset of the first byte of output"`
+	NextOffset  int64  `json:"next_offset" jsonschema:"pass this as offset to the next shell_status call"`
+	Skipped     int64  `json:"skipped,omitempty" jsonschema:"bytes between the offset asked for and offset that are no longer kept"`
+	OutputBytes int64  `json:"output_bytes" jsonschema:"bytes the job has written so far"`
+	Done        bool   `json:"done" jsonschema:"the job has ended and next_offset is the end of its output: nothing more to read"`
+	Reason      string `json:"reason,omitempty"`
+	Notice      string `json:"notice,omitempty"`
+}
+
+// WaitInput is the input of shell_wait.
+type WaitInput struct {
+	JobID     string `json:"job_id" jsonschema:"a job ID returned by shell in this session"`
+	TimeoutMs int64  `json:"timeout_ms,omitempty" jsonschema:"how long to wait in milliseconds; 0 means 30000; at most 600000"`
+}
+
+// JobResult is the structured result of shell_wait and shell_cancel.
+type JobResult struct {
+	JobID        string `json:"job_id"`
+	Command      string `json:"command"`
+	State        string `json:"state" jsonschema:"running, exited, cancelled, timed_out or failed"`
+	Done         bool   `json:"done" jsonschema:"the job has ended"`
+	ExitCode     *int   `json:"exit_code,omitempty" jsonschema:"the exit status once the job has ended"`
+	Output       string `json:"output" jsonschema:"the job's output; when too long, the head, an omission line and the tail"`
+	OutputBytes  int64  `json:"output_bytes"`
+	OmittedBytes int64  `json:"omitted_bytes,omitempty"`
+	DurationMs   int64  `json:"duration_ms"`
+	Reason       string `json:"reason,omitempty"`
+	Notice       string `json:"notice,omitempty"`
+}
+
+// ListOutput is the structured result of shell_list.
+type ListOutput struct {
+	Jobs []JobInfo `json:"jobs" jsonschema:"this session's jobs, running or kept after their end, oldest first"`
+}
+
+// JobInfo describes one job in shell_list.
+type JobInfo struct {
+	JobID       string `json:"job_id"`
+	Command     string `json:"command"`
+	Cwd         string `json:"cwd"`
+	State       string `json:"state"`
+	ExitCode    *int   `json:"exit_code,omitempty"`
+	PID         int    `json:"pid,omitempty"`
+	Started     string `json:"started" jsonschema:"RFC 3339"`
+	Ended       string `json:"ended,omitempty" jsonschema:"RFC 3339"`
+	OutputBytes int64  `json:"output_bytes"`
+	Reason      string `json:"reason,omitempty"`
+}
+
+func (s *Server) addTools() {
+	mcp.AddTool(s.mcp, &mcp.Tool{
+		Name: "shell",
+		Description: "Run a shell command. Waits up to wait_ms (default 30s) and returns its output and exit code; " +
+			"if it is still running then, it goes on in the background and the result has detached: true and a job_id. " +
+			"With background: true it returns the job_id at once. Progress notifications are sent while waiting " +
+			"when the request carries a progress token.",
+	}, s.shell)
+	mcp.AddTool(s.mcp, &mcp.Tool{
+		Name: "shell_status",
+		Description: "State of a job and its output from an offset: pass the previous next_offset to read only what is new. " +
+			"done is true once the job has ended and all its output has been read.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
+	}, s.status)
+	mcp.AddTool(s.mcp, &mcp.Tool{
+		Name:        "shell_wait",
+		Description: "Wait until a job ends, at most timeout_ms (default 30s), and return its state, exit code and output.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
+	}, s.wait)
+	mcp.AddTool(s.mcp, &mcp.Tool{
+		Name: "shell_cancel",
+		Description: "Stop a job and every process it started (SIGTERM, then SIGKILL after a grace period) and return its final state. " +
+			"Cancelling a job that has already ended changes nothing.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true},
+	}, s.cancel)
+	mcp.AddTool(s.mcp, &mcp.Tool{
+		Name:        "shell_list",
+		Description: "List this session's jobs: running ones and those kept after their end.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
+	}, s.list)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func (s *Server) shell(ctx context.Context, req *mcp.CallToolRequest, in ShellInput) (*mcp.CallToolResult, ShellOutput, error) {
+	spec := bgjob.Spec{
+		Command:     in.Command,
+		Dir:         in.Cwd,
+		Stdin:       in.Stdin,
+		Timeout:     time.Duration(in.TimeoutMs) * time.Millisecond,
+		IdleTimeout: time.Duration(in.IdleTimeoutMs) * time.Millisecond,
+		Session:     s.session(req.Session),
+	}
+	wait, err := duration("wait_ms", in.WaitMs)
+	if err != nil {
+		return nil, ShellOutput{}, err
+	}
+	if in.TimeoutMs < 0 || in.IdleTimeoutMs < 0 {
+		return nil, ShellOutput{}, errors.New("timeout_ms and idle_timeout_ms must not be negative")
+	}
+	if in.Background {
+		snap, err := s.reg.Start(ctx, spec)
+		if err != nil {
+			return nil, ShellOutput{}, launchError(err)
+		}
+		out := shellOutput(snap, true)
+		return textResult(shellText(out, 0)), out, nil
+	}
+
+	fg := bgjob.Foreground{SoftCap: wait}
+	if tok := req.Params.GetProgressToken(); tok != nil {
+		// OnProgress runs in this goroutine while RunForeground waits,
+		// so ctx (the request's) is the right bound for the write.
+		fg.OnProgress = func(elapsed time.Duration) {
+			_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+				ProgressToken: tok,
+				Progress:      elapsed.Seconds(),
+				Total:         wait.Seconds(),
+				Message:       fmt.Sprintf("running for %s; detaches after %s", elapsed.Round(time.Second), wait),
+			})
+		}
+	}
+	res, err := s.reg.RunForeground(ctx, spec, fg)
+	if err != nil {
+		return nil, ShellOutput{}, launchError(err)
+	}
+	if res.Detached && ctx.Err() != nil && !res.Joined {
+		// The client cancelled the request (or went away): it will never
+		// see the job ID, so stop the job instead of leaving it behind.
+		// A joined job belongs to an earlier call too, and goes on.
+		snap, _ := s.reg.Cancel(res.ID)
+		return nil, shellOutput(snap, false), ctx.Err()
+	}
+	out := shellOutput(res.Snapshot, res.Detached)
+	return textResult(shellText(out, wait)), out, nil
+}
+
+// duration converts a tool's millisecond argument: 0 is the default wait,
+// negative is an error, more than maxWait is lowered to it.
+func duration(name string, ms int64) (time.Duration, error) {
+	switch {
+	case ms < 0:
+		return 0, fmt.Errorf("%s must not be negative", name)
+	case ms == 0:
+		return defaultWait, nil
+	case ms > maxWait.Milliseconds():
+		return maxWait, nil
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// launchError words a refused launch for the model. Each is a tool error,
+// so the model sees it and can correct its call.
+func launchError(err error) error {
+	switch {
+	case errors.Is(err, bgjob.ErrRejected) && errors.Is(err, errOutsideJail):
+		return errors.New("refused: cwd is outside the directory this server may run commands in")
+	case errors.Is(err, bgjob.ErrRejected):
+		return fmt.Errorf("refused: %w", err)
+	case errors.Is(err, bgjob.ErrTooManyRunning):
+		return errors.New("too many jobs are running; wait for or cancel one (see shell_list)")
+	case errors.Is(err, bgjob.ErrInvalidSpec):
+		return fmt.Errorf("invalid call: %w", err)
+	case errors.Is(err, bgjob.ErrClosed):
+		return errors.New("the server is shutting down")
+	}
+	return err
+}
+
+func exitCode(snap bgjob.Snapshot) *int {
+	if !snap.State.Done() {
+		return nil
+	}
+	return ptr(snap.ExitCode)
+}
+
+func elapsed(snap bgjob.Snapshot) time.Duration {
+	if snap.Ended.IsZero() {
+		return time.Since(snap.Started)
+	}
+	return snap.Ended.Sub(snap.Started)
+}
+
+func shellOutput(snap bgjob.Snapshot, detached bool) ShellOutput {
+	out := ShellOutput{
+		Detached:     detached,
+		Joined:       snap.Joined,
+		State:        snap.State.String(),
+		ExitCode:     exitCode(snap),
+		Output:       snap.Output.Text,
+		OutputBytes:  snap.Output.Total,
+		OmittedBytes: snap.Output.Omitted,
+		NextOffset:   snap.Output.Total,
+		DurationMs:   elapsed(snap).Milliseconds(),
+		Reason:       snap.Reason,
+		Notice:       snap.Output.Notice,
+	}
+	if detached {
+		out.JobID = string(snap.ID)
+	}
+	return out
+}
+
+// shellText is the short text form of a shell result: one header line,
+// then the output.
+func shellText(out ShellOutput, wait time.Duration) string {
+	var b strings.Builder
+	switch {
+	case out.Detached && wait == 0:
+		fmt.Fprintf(&b, "started in the background as %s.", out.JobID)
+	case out.Detached:
+		fmt.Fprintf(&b, "still running after %s: detached as %s.", wait, out.JobID)
+	default:
+		fmt.Fprintf(&b, "%s, exit code %d, in %s.", out.State, *out.ExitCode, time.Duration(out.DurationMs)*time.Millisecond)
+	}
+	if out.Reason != "" {
+		fmt.Fprintf(&b, " %s.", out.Reason)
+	}
+	if out.Notice != "" {
+		fmt.Fprintf(&b, " (%s)", out.Notice)
+	}
+	if out.Detached {
+		fmt.Fprintf(&b, " Read more with shell_status (offset %d), or use shell_wait / shell_cancel.", out.NextOffset)
+	}
+	if out.Output != "" {
+		b.WriteString("\n")
+		b.WriteString(out.Output)
+	}
+	return b.String()
+}
+
+func textResult(text string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+}
+
+// own returns the job id if it belongs to the caller's session. A job of
+// another session is reported exactly as an unknown one, so that a
+// session cannot even learn that another's ID exists.
+func (s *Server) own(ss *mcp.ServerSession, id string) (bgjob.Snapshot, error) {
+	snap, err := s.reg.Status(bgjob.ID(id))
+	if err != nil || snap.Session != s.session(ss) {
+		return bgjob.Snapshot{}, notFound(id)
+	}
+	return snap, nil
+}
+
+func notFound(id string) error {
+	return fmt.Errorf("no job %q in this session (it may have ended long ago and been forgotten)", id)
+}
+
+func (s *Server) status(_ context.Context, req *mcp.CallToolRequest, in StatusInput) (*mcp.CallToolResult, StatusOutput, error) {
+	snap, err := s.own(req.Session, in.JobID)
+	if err != nil {
+		return nil, StatusOutput{}, err
+	}
+	max := in.MaxBytes
+	switch {
+	case max < 0:
+		return nil, StatusOutput{}, errors.New("max_bytes must not be negative")
+	case max == 0:
+		max = defaultMaxBytes
+	case max > maxMaxBytes:
+		max = maxMaxBytes
+	}
+	c, err := s.reg.Read(snap.ID, in.Offset, max)
+	switch {
+	case errors.Is(err, bgjob.ErrNotFound):
+		return nil, StatusOutput{}, notFound(in.JobID)
+	case errors.Is(err, bgjob.ErrInvalidArgument):
+		return nil, StatusOutput{}, fmt.Errorf("offset %d is out of range (0 to %d)", in.Offset, snap.Output.Total)
+	case err != nil:
+		return nil, StatusOutput{}, err
+	}
+	if c.Done && !snap.State.Done() {
+		// The job ended between Status and Read: report its end with
+		// the chunk that says so.
+		if s2, err := s.reg.Status(snap.ID); err == nil {
+			snap = s2
+		}
+	}
+	out := StatusOutput{
+		JobID:       string(snap.ID),
+		Command:     snap.Command,
+		State:       snap.State.String(),
+		ExitCode:    exitCode(snap),
+		Output:      c.Data,
+		Offset:      c.Offset,
+		NextOffset:  c.Next,
+		Skipped:     c.Skipped,
+		OutputBytes: max64(snap.Output.Total, c.Next),
+		Done:        c.Done,
+		Reason:      snap.Reason,
+		Notice:      snap.Output.Notice,
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s", out.JobID, out.State)
+	if out.ExitCode != nil {
+		fmt.Fprintf(&b, ", exit code %d", *out.ExitCode)
+	}
+	fmt.Fprintf(&b, "; output bytes %d to %d", out.Offset, out.NextOffset)
+	if out.Skipped > 0 {
+		fmt.Fprintf(&b, " (%d bytes skipped: no longer kept)", out.Skipped)
+	}
+	if out.Done {
+		b.WriteString("; done.")
+	} else {
+		fmt.Fprintf(&b, "; next offset %d.", out.NextOffset)
+	}
+	if out.Output != "" {
+		b.WriteString("\n")
+		b.WriteString(out.Output)
+	}
+	return textResult(b.String()), out, nil
+}
+
+func max64(a, b int64) int64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+func jobResult(snap bgjob.Snapshot) JobResult {
+	return JobResult{
+		JobID:        string(snap.ID),
+		Command:      snap.Command,
+		State:        snap.State.String(),
+		Done:         snap.State.Done(),
+		ExitCode:     exitCode(snap),
+		Output:       snap.Output.Text,
+		OutputBytes:  snap.Output.Total,
+		OmittedBytes: snap.Output.Omitted,
+		DurationMs:   elapsed(snap).Milliseconds(),
+		Reason:       snap.Reason,
+		Notice:       snap.Output.Notice,
+	}
+}
+
+func jobText(r JobResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s", r.JobID, r.State)
+	if r.ExitCode != nil {
+		fmt.Fprintf(&b, ", exit code %d", *r.ExitCode)
+	}
+	fmt.Fprintf(&b, ", %s.", time.Duration(r.DurationMs)*time.Millisecond)
+	if r.Reason != "" {
+		fmt.Fprintf(&b, " %s.", r.Reason)
+	}
+	if r.Notice != "" {
+		fmt.Fprintf(&b, " (%s)", r.Notice)
+	}
+	if r.Output != "" {
+		b.WriteString("\n")
+		b.WriteString(r.Output)
+	}
+	return b.String()
+}
+
+func (s *Server) wait(ctx context.Context, req *mcp.CallToolRequest, in WaitInput) (*mcp.CallToolResult, JobResult, error) {
+	timeout, err := duration("timeout_ms", in.TimeoutMs)
+	if err != nil {
+		return nil, JobResult{}, err
+	}
+	if _, err := s.own(req.Session, in.JobID); err != nil {
+		return nil, JobResult{}, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	snap, err := s.reg.Wait(wctx, bgjob.ID(in.JobID))
+	switch {
+	case errors.Is(err, bgjob.ErrNotFound):
+		return nil, JobResult{}, notFound(in.JobID)
+	case err != nil && ctx.Err() != nil:
+		return nil, JobResult{}, ctx.Err() // the request itself was cancelled
+	}
+	// A wait that timed out is not an error: the result says done: false.
+	out := jobResult(snap)
+	text := jobText(out)
+	if !out.Done {
+		text = fmt.Sprintf("%s still running after waiting %s.", out.JobID, timeout)
+	}
+	return textResult(text), out, nil
+}
+
+func (s *Server) cancel(_ context.Context, req *mcp.CallToolRequest, in JobInput) (*mcp.CallToolResult, JobResult, error) {
+	if _, err := s.own(req.Session, in.JobID); err != nil {
+		return nil, JobResult{}, err
+	}
+	snap, err := s.reg.Cancel(bgjob.ID(in.JobID))
+	if err != nil {
+		return nil, JobResult{}, notFound(in.JobID)
+	}
+	out := jobResult(snap)
+	return textResult(jobText(out)), out, nil
+}
+
+func (s *Server) list(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, ListOutput, error) {
+	snaps := s.reg.List(s.session(req.Session))
+	out := ListOutput{Jobs: make([]JobInfo, 0, len(snaps))}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d jobs.", len(snaps))
+	for _, snap := range snaps {
+		info := JobInfo{
+			JobID:       string(snap.ID),
+			Command:     snap.Command,
+			Cwd:         snap.Dir,
+			State:       snap.State.String(),
+			ExitCode:    exitCode(snap),
+			PID:         snap.PID,
+			Started:     snap.Started.UTC().Format(time.RFC3339Nano),
+			OutputBytes: snap.Output.Total,
+			Reason:      snap.Reason,
+		}
+		if !snap.Ended.IsZero() {
+			info.Ended = snap.Ended.UTC().Format(time.RFC3339Nano)
+		}
+		out.Jobs = append(out.Jobs, info)
+		fmt.Fprintf(&b, "\n%s %s", info.JobID, info.State)
+		if info.ExitCode != nil {
+			fmt.Fprintf(&b, " (exit %d)", *info.ExitCode)
+		}
+		fmt.Fprintf(&b, ": %s", oneLine(info.Command, 80))
+	}
+	return textResult(b.String()), out, nil
+}
+
+// oneLine shortens a command for a listing.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		s = s[:n] + "..."
+	}
+	return s
+}
