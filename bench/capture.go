@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"time"
+
+	"github.com/bgjob/bgjob"
+	"github.com/go-cmd/cmd"
+	"golang.org/x/sys/unix"
+)
+
+// captureLine is what `yes` repeats: 64-byte lines with the newline.
+const captureLine = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde"
+
+func captureCommand(n int64) string {
+	return "yes " + captureLine + " | head -c " + strconv.FormatInt(n, 10)
+}
+
+// captureReport is what a capture child prints as JSON.
+type captureReport struct {
+	Impl    string  `json:"impl"`
+	Bytes   int64   `json:"bytes"`   // bytes the implementation saw (os/exec: asked for)
+	Seconds float64 `json:"seconds"` // from the call to its return
+	MaxRSS  int64   `json:"maxrss"`  // KiB, getrusage(RUSAGE_SELF) of the child
+}
+
+// captureResult: workload 3.
+type captureResult struct {
+	mibps  float64 // best of the runs
+	rssMiB float64 // largest of the runs
+	runs   int
+	err    string
+}
+
+// captureChild runs one capture of n bytes in this process and prints a
+// captureReport. It is the body of `bench -capture-child IMPL`: peak RSS
+// is per process and for its whole life, so each implementation gets a
+// process of its own.
+func captureChild(impl string, n int64) {
+	command := captureCommand(n)
+	var got int64
+	t0 := time.Now()
+	switch impl {
+	case "os/exec":
+		// The floor: os/exec copies the pipe into io.Discard.
+		c := exec.Command(shell[0], shArgs(command)...)
+		c.Stdout, c.Stderr = io.Discard, io.Discard
+		if err := c.Run(); err != nil {
+			fatalf("capture os/exec: %v", err)
+		}
+		got = n
+	case "go-cmd":
+		// go-cmd's buffered mode keeps every line (over 1 GiB of strings
+		// for 1 GiB of output); its streaming mode is the one meant for
+		// big outputs: lines on channels, which must be drained.
+		c := cmd.NewCmdOptions(cmd.Options{Streaming: true}, shell[0], shArgs(command)...)
+		status := c.Start()
+		stdout, stderr := c.Stdout, c.Stderr
+		for stdout != nil || stderr != nil {
+			select {
+			case l, ok := <-stdout:
+				if !ok {
+					stdout = nil
+					continue
+				}
+				got += int64(len(l)) + 1
+			case l, ok := <-stderr:
+				if !ok {
+					stderr = nil
+					continue
+				}
+				got += int64(len(l)) + 1
+			}
+		}
+		if st := <-status; st.Error != nil || st.Exit != 0 {
+			fatalf("capture go-cmd: %v, exit %d", st.Error, st.Exit)
+		}
+	case "bgjob":
+		r := newRegistry(bgjob.Config{})
+		res, err := r.RunForeground(context.Background(), bgjob.Spec{Command: command},
+			bgjob.Foreground{SoftCap: 10 * time.Minute})
+		if err != nil || res.Detached || res.ExitCode != 0 {
+			fatalf("capture bgjob: %v, detached %v, exit %d %s", err, res.Detached, res.ExitCode, res.Reason)
+		}
+		got = res.Output.Total
+		closeRegistry(r)
+	default:
+		fatalf("capture: unknown implementation %q", impl)
+	}
+	secs := time.Since(t0).Seconds()
+	var ru unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	json.NewEncoder(os.Stdout).Encode(captureReport{Impl: impl, Bytes: got, Seconds: secs, MaxRSS: ru.Maxrss})
+}
+
+// runCapture runs each implementation's capture of n bytes in a child
+// process (this program, re-executed), runs times, interleaved.
+func runCapture(n int64, runs int) [nImpl]captureResult {
+	var res [nImpl]captureResult
+	exe, err := os.Executable()
+	if err != nil {
+		for k := range res {
+			res[k].err = err.Error()
+		}
+		return res
+	}
+	for range runs {
+		for k := range nImpl {
+			r := &res[k]
+			if r.err != "" {
+				continue
+			}
+			out, err := exec.Command(exe, "-capture-child", implNames[k], "-capture-bytes", strconv.FormatInt(n, 10)).Output()
+			var rep captureReport
+			if err == nil {
+				err = json.Unmarshal(out, &rep)
+			}
+			if err == nil && rep.Bytes != n {
+				err = fmt.Errorf("captured %d bytes; want %d", rep.Bytes, n)
+			}
+			if err != nil {
+				if ee, ok := err.(*exec.ExitError); ok {
+					err = fmt.Errorf("%v: %s", err, ee.Stderr)
+				}
+				r.err = err.Error()
+				continue
+			}
+			r.runs++
+			r.mibps = max(r.mibps, float64(n)/(1<<20)/rep.Seconds)
+			r.rssMiB = max(r.rssMiB, float64(rep.MaxRSS)/1024)
+		}
+	}
+	return res
+}

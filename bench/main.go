@@ -1,0 +1,144 @@
+// Command bench compares bgjob with os/exec and github.com/go-cmd/cmd on
+// six workloads and prints one table, with bgjob's targets checked row by
+// row. Run it from this directory:
+//
+//	go run .          # full sizes, about a minute on 2 cores
+//	go run . -quick   # small sizes, for CI
+//	go run . -strict  # exit 1 if a target is missed
+//
+// It is Linux-only: the foreground latency uses the kernel's process
+// events connector (root) to learn when a child exited.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// sizes of the workloads.
+type sizes struct {
+	spawn       int   // sequential runs per implementation
+	foreground  int   // sequential runs per implementation
+	capture     int64 // bytes
+	captureRuns int   // child processes per implementation
+	fanout      int   // concurrent jobs
+	retained    int   // finished jobs kept
+	calls       int   // Status and Read calls each
+	coalesce    int   // concurrent identical Starts
+}
+
+var (
+	full  = sizes{spawn: 300, foreground: 1000, capture: 1 << 30, captureRuns: 2, fanout: 1000, retained: 10000, calls: 20000, coalesce: 1000}
+	quick = sizes{spawn: 100, foreground: 200, capture: 64 << 20, captureRuns: 1, fanout: 200, retained: 1000, calls: 5000, coalesce: 200}
+)
+
+var workloads = []string{"spawn", "foreground", "capture", "fanout", "status", "coalesce"}
+
+func main() {
+	var (
+		quickFlag = flag.Bool("quick", false, "small sizes (64 MiB capture, 200 fan-out, 1000 retained), for CI")
+		strict    = flag.Bool("strict", false, "exit 1 if bgjob misses a target")
+		only      = flag.String("only", "", "comma-separated workloads to run: "+strings.Join(workloads, ","))
+		child     = flag.String("capture-child", "", "internal: run one capture in this process")
+		childN    = flag.Int64("capture-bytes", 0, "internal: bytes for -capture-child")
+	)
+	flag.Parse()
+	if *child != "" {
+		captureChild(*child, *childN)
+		return
+	}
+	sz := full
+	if *quickFlag {
+		sz = quick
+	}
+	run := map[string]bool{}
+	for _, w := range strings.Split(*only, ",") {
+		if w = strings.TrimSpace(w); w != "" {
+			if !contains(workloads, w) {
+				fatalf("-only: unknown workload %q (have %s)", w, strings.Join(workloads, ","))
+			}
+			run[w] = true
+		}
+	}
+	want := func(w string) bool { return len(run) == 0 || run[w] }
+
+	begin := time.Now()
+	fmt.Printf("bgjob bench: %s/%s, %d CPUs, %s, %s sizes\n\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), map[bool]string{true: "quick", false: "full"}[*quickFlag])
+	var rows []row
+	var notes []string
+	step := func(name string, f func()) {
+		if !want(name) {
+			return
+		}
+		t := time.Now()
+		f()
+		fmt.Fprintf(os.Stderr, "bench: %s done in %v\n", name, time.Since(t).Round(time.Millisecond))
+	}
+	step("spawn", func() {
+		rows = append(rows, spawnRows(runSpawn(sz.spawn))...)
+		notes = append(notes, fmt.Sprintf("spawn: %d sequential runs of /bin/sh -c true per implementation, interleaved; os/exec is exec.Command(...).Run()", sz.spawn))
+	})
+	step("foreground", func() {
+		rows = append(rows, fgRows(runForeground(sz.foreground))...)
+		notes = append(notes, fmt.Sprintf("foreground latency: %d runs each; kernel exit stamp (proc connector) to the caller's return, CLOCK_MONOTONIC", sz.foreground))
+	})
+	step("capture", func() {
+		rows = append(rows, captureRows(runCapture(sz.capture, sz.captureRuns), sz.capture)...)
+		notes = append(notes, fmt.Sprintf("capture: `yes <63 chars> | head -c %d`, each implementation in a child process of its own, %d run(s) each; os/exec copies into io.Discard (the floor), go-cmd streams lines on its channels, bgjob keeps head+tail", sz.capture, sz.captureRuns))
+	})
+	step("fanout", func() {
+		var f [nImpl]fanoutResult
+		for k := range nImpl {
+			f[k] = runFanout(sz.fanout, k)
+		}
+		rows = append(rows, fanoutRows(f)...)
+		var a []string
+		for k := range nImpl {
+			a = append(a, fmt.Sprintf("%s %d/%d alive after %v", implNames[k], f[k].alive, f[k].n, f[k].startAll.Round(time.Millisecond)))
+		}
+		notes = append(notes, "fan-out: counts taken once every job has its process ("+strings.Join(a, ", ")+"); heap is HeapAlloc after a GC, goroutine stacks not included")
+	})
+	step("status", func() {
+		s := runStatus(sz.retained, sz.calls)
+		rows = append(rows, statusRows(s)...)
+		n := fmt.Sprintf("status: %d real `echo retained` jobs run in %v, then %d Status and %d Read(id, 0, 4096) of random ones", s.retained, s.fill.Round(time.Millisecond), sz.calls, sz.calls)
+		if s.statusMiss > 0 {
+			n += fmt.Sprintf("; %d lookups FAILED", s.statusMiss)
+			rows[len(rows)-4].check = func([nImpl]cell) bool { return false }
+		}
+		notes = append(notes, n)
+	})
+	step("coalesce", func() {
+		var c [nImpl]coalesceResult
+		c[osExec] = runCoalesce(sz.coalesce, osExec)
+		c[bgJob] = runCoalesce(sz.coalesce, bgJob)
+		rows = append(rows, coalesceRows(c)...)
+		notes = append(notes, fmt.Sprintf("coalesce: %d goroutines released at once, each one Start of `sleep 1`; bgjob processes counted by Telemetry.JobStarted, %d calls joined; os/exec has no coalescing (one exec.Cmd.Start each); burst wall time os/exec %v, bgjob %v",
+			sz.coalesce, c[bgJob].joined, c[osExec].wall.Round(time.Microsecond), c[bgJob].wall.Round(time.Microsecond)))
+	})
+	failed := render(os.Stdout, rows)
+	fmt.Println()
+	for _, n := range notes {
+		fmt.Println("- " + n)
+	}
+	fmt.Printf("\ntotal %v\n", time.Since(begin).Round(time.Millisecond))
+	if failed {
+		fmt.Println("some targets missed (FAIL)")
+		if *strict {
+			os.Exit(1)
+		}
+	}
+}
+
+func contains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

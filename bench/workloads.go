@@ -1,0 +1,498 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bgjob/bgjob"
+	"github.com/go-cmd/cmd"
+)
+
+// The three implementations, in column order.
+const (
+	osExec = iota
+	goCmd
+	bgJob
+	nImpl
+)
+
+var implNames = [nImpl]string{"os/exec", "go-cmd", "bgjob"}
+
+// Every implementation runs its command as /bin/sh -c COMMAND, which is
+// what bgjob does with its default Config.Shell.
+var shell = []string{"/bin/sh", "-c"}
+
+func shArgs(command string) []string { return append(slices.Clone(shell[1:]), command) }
+
+// stat is a set of timings.
+type stat []time.Duration
+
+func (s stat) sorted() stat {
+	c := slices.Clone(s)
+	slices.Sort(c)
+	return c
+}
+
+// quantile returns the q-quantile (nearest rank) of s.
+func (s stat) quantile(q float64) time.Duration {
+	if len(s) == 0 {
+		return 0
+	}
+	c := s.sorted()
+	i := int(q*float64(len(c))+0.5) - 1
+	return c[min(max(i, 0), len(c)-1)]
+}
+
+func (s stat) median() time.Duration { return s.quantile(0.5) }
+func (s stat) p99() time.Duration    { return s.quantile(0.99) }
+
+func newRegistry(cfg bgjob.Config) *bgjob.Registry {
+	r, err := bgjob.New(cfg)
+	if err != nil {
+		fatalf("bgjob.New: %v", err)
+	}
+	return r
+}
+
+func closeRegistry(r *bgjob.Registry) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.Close(ctx); err != nil {
+		fatalf("bgjob Close: %v", err)
+	}
+}
+
+// runner runs `/bin/sh -c true` once to its end and returns the PID of
+// the shell.
+type runner func() (pid int, err error)
+
+func osExecRun(command string) runner {
+	return func() (int, error) {
+		c := exec.Command(shell[0], shArgs(command)...)
+		err := c.Run()
+		if c.Process == nil {
+			return 0, err
+		}
+		return c.Process.Pid, err
+	}
+}
+
+func goCmdRun(command string) runner {
+	return func() (int, error) {
+		st := <-cmd.NewCmd(shell[0], shArgs(command)...).Start()
+		if st.Error == nil && st.Exit != 0 {
+			st.Error = fmt.Errorf("exit %d", st.Exit)
+		}
+		return st.PID, st.Error
+	}
+}
+
+func bgjobRun(r *bgjob.Registry, command string) runner {
+	ctx := context.Background()
+	return func() (int, error) {
+		res, err := r.RunForeground(ctx, bgjob.Spec{Command: command}, bgjob.Foreground{SoftCap: time.Minute})
+		switch {
+		case err != nil:
+		case res.Detached:
+			err = errors.New("detached")
+		case res.State != bgjob.Exited || res.ExitCode != 0:
+			err = fmt.Errorf("%v, exit %d: %s", res.State, res.ExitCode, res.Reason)
+		}
+		return res.PID, err
+	}
+}
+
+func runners(reg *bgjob.Registry, command string) [nImpl]runner {
+	return [nImpl]runner{osExecRun(command), goCmdRun(command), bgjobRun(reg, command)}
+}
+
+// spawnResult: workload 1.
+type spawnResult struct{ median [nImpl]time.Duration }
+
+// runSpawn starts and waits for `true` n times with each implementation,
+// sequentially, rotating which goes first so that none always runs just
+// after another's garbage. It returns the median time per job.
+func runSpawn(n int) spawnResult {
+	reg := newRegistry(bgjob.Config{})
+	defer closeRegistry(reg)
+	rs := runners(reg, "true")
+	var samples [nImpl]stat
+	for i := range n + n/10 {
+		for k := range nImpl {
+			impl := (i + k) % nImpl
+			t0 := time.Now()
+			_, err := rs[impl]()
+			d := time.Since(t0)
+			if err != nil {
+				fatalf("spawn %s: %v", implNames[impl], err)
+			}
+			if i >= n/10 { // the first tenth warms up
+				samples[impl] = append(samples[impl], d)
+			}
+		}
+	}
+	var res spawnResult
+	for k := range nImpl {
+		res.median[k] = samples[k].median()
+	}
+	return res
+}
+
+// fgResult: workload 2.
+type fgResult struct {
+	median, p99 [nImpl]time.Duration
+	err         string // why it could not be measured
+}
+
+// runForeground measures, for n sequential runs of `true`, the time
+// between the kernel's record of the shell's exit and the return of the
+// call that ran it (see exitWatch).
+func runForeground(n int) fgResult {
+	w, err := openExitWatch()
+	if err != nil {
+		return fgResult{err: err.Error()}
+	}
+	defer w.Close()
+	reg := newRegistry(bgjob.Config{})
+	defer closeRegistry(reg)
+	rs := runners(reg, "true")
+	var samples [nImpl]stat
+	for i := range n + n/10 {
+		for k := range nImpl {
+			impl := (i + k) % nImpl
+			w.reset()
+			pid, err := rs[impl]()
+			ret := monoNow()
+			if err != nil {
+				fatalf("foreground %s: %v", implNames[impl], err)
+			}
+			exit, err := w.exitTime(pid, 2*time.Second)
+			if err != nil {
+				return fgResult{err: err.Error()}
+			}
+			if i >= n/10 {
+				samples[impl] = append(samples[impl], time.Duration(max(ret-exit, 0)))
+			}
+		}
+	}
+	var res fgResult
+	for k := range nImpl {
+		res.median[k], res.p99[k] = samples[k].median(), samples[k].p99()
+	}
+	return res
+}
+
+// fanoutResult: workload 4.
+type fanoutResult struct {
+	n          int
+	wall       time.Duration // first start to last end
+	startAll   time.Duration // first start to "all running"
+	alive      int           // processes alive when the counts were taken
+	goroutines float64       // per running job
+	heap       float64       // HeapAlloc bytes per running job
+}
+
+// memNow returns the goroutine count and the live heap after a full GC.
+func memNow() (int, uint64) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return runtime.NumGoroutine(), ms.HeapAlloc
+}
+
+// processAlive reports whether pid is a live process (not a zombie).
+func processAlive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
+}
+
+func countAlive(pids []int) int {
+	n := 0
+	for _, p := range pids {
+		if processAlive(p) {
+			n++
+		}
+	}
+	return n
+}
+
+// fanout runs n concurrent `sleep 1` jobs, each capturing its output as
+// the implementation does by default (os/exec: stdout and stderr into
+// one bytes.Buffer). Counts are taken once every job has its process.
+type fanoutImpl struct {
+	start func(i int) // start job i
+	ready func() []int
+	wait  func()
+}
+
+func runFanout(n int, impl int) fanoutResult {
+	command := "sleep 1"
+	var fi fanoutImpl
+	var reg *bgjob.Registry
+	switch impl {
+	case osExec:
+		cmds := make([]*exec.Cmd, n)
+		bufs := make([]bytes.Buffer, n)
+		fi.start = func(i int) {
+			c := exec.Command(shell[0], shArgs(command)...)
+			c.Stdout, c.Stderr = &bufs[i], &bufs[i]
+			if err := c.Start(); err != nil {
+				fatalf("fan-out os/exec: %v", err)
+			}
+			cmds[i] = c
+		}
+		fi.ready = func() []int {
+			pids := make([]int, n)
+			for i, c := range cmds {
+				pids[i] = c.Process.Pid
+			}
+			return pids
+		}
+		fi.wait = func() {
+			for _, c := range cmds {
+				if err := c.Wait(); err != nil {
+					fatalf("fan-out os/exec: %v", err)
+				}
+			}
+		}
+	case goCmd:
+		cmds := make([]*cmd.Cmd, n)
+		chans := make([]<-chan cmd.Status, n)
+		fi.start = func(i int) {
+			cmds[i] = cmd.NewCmd(shell[0], shArgs(command)...)
+			chans[i] = cmds[i].Start()
+		}
+		fi.ready = func() []int {
+			// go-cmd's Start returns before the process exists.
+			pids := make([]int, n)
+			for i, c := range cmds {
+				for {
+					st := c.Status()
+					if st.PID != 0 || st.Error != nil {
+						pids[i] = st.PID
+						break
+					}
+					time.Sleep(100 * time.Microsecond)
+				}
+			}
+			return pids
+		}
+		fi.wait = func() {
+			for _, ch := range chans {
+				if st := <-ch; st.Error != nil || st.Exit != 0 {
+					fatalf("fan-out go-cmd: %v, exit %d", st.Error, st.Exit)
+				}
+			}
+		}
+	case bgJob:
+		reg = newRegistry(bgjob.Config{MaxRunning: 2 * n})
+		ids := make([]bgjob.ID, n)
+		pids := make([]int, n)
+		ctx := context.Background()
+		fi.start = func(i int) {
+			s, err := reg.Start(ctx, bgjob.Spec{Command: command, Unique: true})
+			if err != nil {
+				fatalf("fan-out bgjob: %v", err)
+			}
+			ids[i], pids[i] = s.ID, s.PID
+		}
+		fi.ready = func() []int { return pids }
+		fi.wait = func() {
+			for _, id := range ids {
+				s, err := reg.Wait(ctx, id)
+				if err != nil || s.State != bgjob.Exited || s.ExitCode != 0 {
+					fatalf("fan-out bgjob: %v %v %d %s", err, s.State, s.ExitCode, s.Reason)
+				}
+			}
+		}
+	}
+	g0, h0 := memNow()
+	t0 := time.Now()
+	for i := range n {
+		fi.start(i)
+	}
+	pids := fi.ready()
+	startAll := time.Since(t0)
+	g1, h1 := memNow()
+	alive := countAlive(pids)
+	fi.wait()
+	wall := time.Since(t0)
+	if reg != nil {
+		closeRegistry(reg)
+	}
+	return fanoutResult{
+		n: n, wall: wall, startAll: startAll, alive: alive,
+		goroutines: float64(g1-g0) / float64(n),
+		heap:       float64(int64(h1)-int64(h0)) / float64(n),
+	}
+}
+
+// statusResult: workload 5.
+type statusResult struct {
+	retained         int
+	fill             time.Duration // time to run the retained jobs
+	status, read     stat
+	statusMiss       int // lookups of a retained job that failed
+	readBytesPerCall int
+}
+
+// runStatus fills a registry with n finished, retained jobs (real
+// processes, up to 32 at a time) and then times Status and Read of random
+// ones, one call at a time.
+func runStatus(n, calls int) statusResult {
+	reg := newRegistry(bgjob.Config{MaxRunning: 64, Retention: bgjob.Retention{MaxJobs: 2 * n}})
+	defer closeRegistry(reg)
+	ctx := context.Background()
+	ids := make([]bgjob.ID, 0, n)
+	t0 := time.Now()
+	const window = 32
+	for i := range n {
+		if i >= window {
+			if _, err := reg.Wait(ctx, ids[i-window]); err != nil {
+				fatalf("status fill: %v", err)
+			}
+		}
+		s, err := reg.Start(ctx, bgjob.Spec{Command: "echo retained", Unique: true})
+		if err != nil {
+			fatalf("status fill: %v", err)
+		}
+		ids = append(ids, s.ID)
+	}
+	for _, id := range ids[max(0, n-window):] {
+		if _, err := reg.Wait(ctx, id); err != nil {
+			fatalf("status fill: %v", err)
+		}
+	}
+	res := statusResult{retained: n, fill: time.Since(t0)}
+	rng := rand.New(rand.NewPCG(1, 2))
+	runtime.GC()
+	for range calls {
+		id := ids[rng.IntN(n)]
+		t := time.Now()
+		s, err := reg.Status(id)
+		d := time.Since(t)
+		if err != nil || s.State != bgjob.Exited {
+			res.statusMiss++
+		}
+		res.status = append(res.status, d)
+	}
+	for range calls {
+		id := ids[rng.IntN(n)]
+		t := time.Now()
+		c, err := reg.Read(id, 0, 4096)
+		d := time.Since(t)
+		if err != nil || !c.Done {
+			res.statusMiss++
+		}
+		res.readBytesPerCall = len(c.Data)
+		res.read = append(res.read, d)
+	}
+	return res
+}
+
+// coalesceResult: workload 6.
+type coalesceResult struct {
+	n         int
+	processes int64
+	joined    int
+	perCall   stat // the calls that joined (bgjob) or every call (os/exec)
+	wall      time.Duration
+}
+
+type countStarts struct{ n atomic.Int64 }
+
+func (c *countStarts) JobStarted(bgjob.Event)  { c.n.Add(1) }
+func (c *countStarts) JobFinished(bgjob.Event) {}
+
+// burst releases n goroutines at once, each making one call, and returns
+// each call's duration and the wall time of the whole burst.
+func burst(n int, call func(i int)) (stat, time.Duration) {
+	var ready, done sync.WaitGroup
+	gate := make(chan struct{})
+	durs := make(stat, n)
+	ready.Add(n)
+	done.Add(n)
+	for i := range n {
+		go func() {
+			defer done.Done()
+			ready.Done()
+			<-gate
+			t := time.Now()
+			call(i)
+			durs[i] = time.Since(t)
+		}()
+	}
+	ready.Wait()
+	t0 := time.Now()
+	close(gate)
+	done.Wait()
+	return durs, time.Since(t0)
+}
+
+// runCoalesce makes n identical concurrent Starts of `sleep 1`. For bgjob
+// the processes are counted by Config.Telemetry's JobStarted; os/exec has
+// no coalescing, so each call is a process of its own.
+func runCoalesce(n int, impl int) coalesceResult {
+	command := "sleep 1"
+	res := coalesceResult{n: n}
+	switch impl {
+	case osExec:
+		cmds := make([]*exec.Cmd, n)
+		durs, wall := burst(n, func(i int) {
+			c := exec.Command(shell[0], shArgs(command)...)
+			if err := c.Start(); err != nil {
+				fatalf("coalesce os/exec: %v", err)
+			}
+			cmds[i] = c
+		})
+		for _, c := range cmds {
+			c.Wait()
+		}
+		res.processes, res.perCall, res.wall = int64(n), durs, wall
+	case bgJob:
+		var starts countStarts
+		reg := newRegistry(bgjob.Config{MaxRunning: 2 * n, Telemetry: &starts})
+		defer closeRegistry(reg)
+		ctx := context.Background()
+		joined := make([]bool, n)
+		ids := make([]bgjob.ID, n)
+		durs, wall := burst(n, func(i int) {
+			s, err := reg.Start(ctx, bgjob.Spec{Command: command})
+			if err != nil {
+				fatalf("coalesce bgjob: %v", err)
+			}
+			joined[i], ids[i] = s.Joined, s.ID
+		})
+		for i, j := range joined {
+			if j {
+				res.joined++
+				res.perCall = append(res.perCall, durs[i])
+			}
+		}
+		if _, err := reg.Wait(ctx, ids[0]); err != nil {
+			fatalf("coalesce bgjob: %v", err)
+		}
+		res.processes, res.wall = starts.n.Load(), wall
+	}
+	return res
+}
+
+func fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+	os.Exit(2)
+}
