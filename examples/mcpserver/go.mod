@@ -7,6 +7,7 @@ replace github.com/bgjob/bgjob => ../..
 require (
 	github.com/bgjob/bgjob v0.0.0-00010101000000-000000000000
 	github.com/modelcontextprotocol/go-sdk v1.8.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (

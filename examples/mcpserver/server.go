@@ -63,6 +63,10 @@ type Server struct {
 	// (one per Connect); Close waits for them.
 	watchers sync.WaitGroup
 
+	// onSessionEnd, if set (by tests), is called when a connection has
+	// ended and its jobs have been cancelled.
+	onSessionEnd func(session string)
+
 	mu       sync.Mutex // guards the fields below
 	sessions map[*mcp.ServerSession]string
 	byID     map[string]*mcp.ServerSession
@@ -118,8 +122,9 @@ func New(opts Options) (*Server, error) {
 	s.reg = reg
 	s.notify = newNotifier(s)
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "bgjob-mcpserver", Version: "v0.1.0"}, &mcp.ServerOptions{
-		Instructions: instructions,
-		Logger:       s.log,
+		Instructions:              instructions,
+		Logger:                    s.log,
+		SupportedProtocolVersions: statefulVersions(),
 	})
 	s.addTools()
 	return s, nil
@@ -131,6 +136,26 @@ const instructions = `Run shell commands with the shell tool. A command that is 
 	`shell_wait, or shell_cancel. shell_list shows this connection's jobs. ` +
 	`When a detached job ends the server sends a logging notification (logger "bgjob") ` +
 	`if the client has set a logging level.`
+
+// statelessVersion is the first MCP revision without per-connection state
+// (SEP-2575): no logging/setLevel, so a server cannot be told that a
+// client wants notifications between requests.
+const statelessVersion = "2026-07-28"
+
+// statefulVersions are the protocol revisions the server speaks: those
+// the SDK supports that keep a connection's state (its log level). Job
+// completions are pushed as logging notifications between requests,
+// which the stateless revision has no place for; a client that prefers
+// it falls back to the initialize handshake.
+func statefulVersions() []string {
+	var vs []string
+	for _, v := range mcp.SupportedProtocolVersions() {
+		if v < statelessVersion {
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
 
 // resolveDir makes dir absolute and resolves its symlinks.
 func resolveDir(dir string) (string, error) {
@@ -257,6 +282,9 @@ func (s *Server) endSession(ss *mcp.ServerSession) {
 		}()
 	}
 	wg.Wait()
+	if s.onSessionEnd != nil {
+		s.onSessionEnd(id)
+	}
 }
 
 // Close ends every connection, stops every running job and waits for all

@@ -1,0 +1,269 @@
+// End-to-end test of the bgjob MCP server, driven by the official
+// TypeScript MCP SDK client over stdio, under Node's own test runner.
+//
+// It spawns the built server binary (MCPSERVER_BIN, default ../mcpserver
+// relative to this file; ci.sh builds it) as a real client would.
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, mkdtempSync, mkdirSync, readFileSync, realpathSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { LoggingMessageNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const bin = process.env.MCPSERVER_BIN ? resolve(process.env.MCPSERVER_BIN) : resolve(here, '..', 'mcpserver');
+
+// Every wait on an event is bounded by this.
+const DEADLINE_MS = 20_000;
+
+let tmp; // a scratch directory: the jail and a place outside it
+let jail;
+
+before(() => {
+  assert.ok(existsSync(bin), `server binary ${bin} not found: build it first (go build -o mcpserver .)`);
+  tmp = realpathSync(mkdtempSync(join(tmpdir(), 'bgjob-mcp-e2e-')));
+  jail = join(tmp, 'jail');
+  mkdirSync(join(jail, 'sub'), { recursive: true });
+  mkdirSync(join(tmp, 'outside'));
+  symlinkSync(join(tmp, 'outside'), join(jail, 'escape'));
+});
+
+after(() => {
+  rmSync(tmp, { recursive: true, force: true });
+});
+
+// start spawns a server process and connects a client to it. Completion
+// notifications (logging messages from logger "bgjob") are collected in
+// the returned `completions`, and `completion(id)` waits for one.
+async function start(args = []) {
+  const transport = new StdioClientTransport({
+    command: bin,
+    args: ['-dir', jail, '-progress-interval', '100ms', '-kill-grace', '300ms', ...args],
+    stderr: 'inherit',
+  });
+  const client = new Client({ name: 'bgjob-e2e', version: '0.0.0' });
+  const completions = [];
+  const waiters = [];
+  client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => {
+    if (n.params.logger !== 'bgjob') return;
+    completions.push(n.params.data);
+    for (const w of waiters.splice(0)) w();
+  });
+  await client.connect(transport);
+  await client.setLoggingLevel('info');
+
+  const completion = async (id) => {
+    const until = Date.now() + DEADLINE_MS;
+    for (;;) {
+      const found = completions.find((c) => c.job_id === id);
+      if (found) return found;
+      const left = until - Date.now();
+      assert.ok(left > 0, `no completion notification for ${id}`);
+      await new Promise((resolve) => {
+        const timer = setTimeout(resolve, left);
+        waiters.push(() => { clearTimeout(timer); resolve(); });
+      });
+    }
+  };
+
+  // call returns the tool result; ok asserts it is not a tool error.
+  const call = (name, args = {}, options) => client.callTool({ name, arguments: args }, undefined, options);
+  const ok = async (name, args, options) => {
+    const res = await call(name, args, options);
+    assert.ok(!res.isError, `${name}(${JSON.stringify(args)}) failed: ${res.content?.[0]?.text}`);
+    assert.ok(res.structuredContent, `${name}: no structured content`);
+    return res;
+  };
+  return { client, call, ok, completions, completion, close: () => client.close() };
+}
+
+// readAll follows a job's output with shell_status from offset to the end,
+// max bytes at a time; between empty reads it blocks in shell_wait.
+async function readAll(s, id, offset, max) {
+  const chunks = [];
+  const until = Date.now() + DEADLINE_MS;
+  for (;;) {
+    const st = (await s.ok('shell_status', { job_id: id, offset, max_bytes: max })).structuredContent;
+    assert.equal(st.offset, offset, 'chunks are contiguous');
+    assert.equal(st.skipped ?? 0, 0);
+    chunks.push(st);
+    if (st.done) return chunks;
+    assert.ok(Date.now() < until, `job ${id} did not end in time`);
+    if (st.next_offset === offset) {
+      await s.ok('shell_wait', { job_id: id, timeout_ms: 200 });
+    }
+    offset = st.next_offset;
+  }
+}
+
+function gone(pid) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2)[0] === 'Z'; // a zombie holds nothing
+  } catch {
+    try {
+      process.kill(pid, 0);
+      return false;
+    } catch (e) {
+      return e.code === 'ESRCH';
+    }
+  }
+}
+
+test('lists the five tools with input and output schemas', async () => {
+  const s = await start();
+  try {
+    const { tools } = await s.client.listTools();
+    const names = tools.map((t) => t.name).sort();
+    assert.deepEqual(names, ['shell', 'shell_cancel', 'shell_list', 'shell_status', 'shell_wait']);
+    for (const t of tools) {
+      assert.equal(t.inputSchema.type, 'object', `${t.name} input schema`);
+      assert.equal(t.outputSchema?.type, 'object', `${t.name} output schema`);
+    }
+    const shell = tools.find((t) => t.name === 'shell');
+    assert.deepEqual(shell.inputSchema.required, ['command']);
+    for (const p of ['command', 'cwd', 'timeout_ms', 'idle_timeout_ms', 'wait_ms', 'background', 'stdin']) {
+      assert.ok(p in shell.inputSchema.properties, `shell input has ${p}`);
+    }
+  } finally {
+    await s.close();
+  }
+});
+
+test('runs a command inline and returns its output and exit code', async () => {
+  const s = await start();
+  try {
+    const res = await s.ok('shell', { command: 'echo hello; echo oops >&2; cat; exit 7', stdin: 'in\n' });
+    const out = res.structuredContent;
+    assert.equal(out.detached, false);
+    assert.equal(out.job_id, undefined);
+    assert.equal(out.state, 'exited');
+    assert.equal(out.exit_code, 7);
+    assert.equal(out.output, 'hello\noops\nin\n');
+    assert.equal(out.output_bytes, 14);
+    assert.match(res.content[0].text, /^exited, exit code 7/);
+    // The default cwd is the jail.
+    const pwd = (await s.ok('shell', { command: 'pwd -P' })).structuredContent;
+    assert.equal(pwd.output, jail + '\n');
+  } finally {
+    await s.close();
+  }
+});
+
+test('detaches a long command and reads it incrementally to the end', async () => {
+  const s = await start();
+  try {
+    const progress = [];
+    const cmd = 'i=0; while [ $i -lt 8 ]; do echo step$i; i=$((i+1)); sleep 0.1; done';
+    const res = await s.ok('shell', { command: cmd, wait_ms: 350 }, { onprogress: (p) => progress.push(p) });
+    const out = res.structuredContent;
+    assert.equal(out.detached, true);
+    assert.match(out.job_id, /^job_[0-9a-f]{16}$/);
+    assert.equal(out.state, 'running');
+    assert.equal(out.exit_code, undefined);
+    assert.ok(progress.length >= 1, 'progress notifications while waiting');
+    assert.ok(progress.every((p, i) => i === 0 || p.progress > progress[i - 1].progress), 'progress increases');
+
+    // Read on from where the shell call stopped, one 6-byte line at a time.
+    const chunks = await readAll(s, out.job_id, out.next_offset, 6);
+    const all = out.output + chunks.map((c) => c.output).join('');
+    assert.equal(all, [0, 1, 2, 3, 4, 5, 6, 7].map((i) => `step${i}\n`).join(''));
+    assert.ok(chunks.filter((c) => c.output !== '').length >= 2, 'read in several chunks');
+    const last = chunks.at(-1);
+    assert.equal(last.state, 'exited');
+    assert.equal(last.exit_code, 0);
+    assert.equal(last.next_offset, 48);
+
+    const done = await s.completion(out.job_id);
+    assert.equal(done.event, 'job_completed');
+    assert.equal(done.state, 'exited');
+    assert.equal(done.exit_code, 0);
+
+    const list = (await s.ok('shell_list')).structuredContent;
+    assert.deepEqual(list.jobs.map((j) => [j.job_id, j.state]), [[out.job_id, 'exited']]);
+  } finally {
+    await s.close();
+  }
+});
+
+test('cancels a whole process tree', async () => {
+  const s = await start();
+  try {
+    // A grandchild that ignores SIGTERM: only the group SIGKILL stops it.
+    const cmd = `sh -c 'trap "" TERM; echo grandchild $$; exec sleep 300' & wait`;
+    const { job_id: id } = (await s.ok('shell', { command: cmd, background: true })).structuredContent;
+    let pid = 0;
+    const until = Date.now() + DEADLINE_MS;
+    while (!pid) {
+      const st = (await s.ok('shell_status', { job_id: id })).structuredContent;
+      const m = /grandchild (\d+)/.exec(st.output);
+      if (m) pid = Number(m[1]);
+      else {
+        assert.ok(Date.now() < until, 'grandchild reported its PID');
+        await s.ok('shell_wait', { job_id: id, timeout_ms: 100 });
+      }
+    }
+    assert.equal(gone(pid), false, 'grandchild runs before cancel');
+
+    const c1 = (await s.ok('shell_cancel', { job_id: id })).structuredContent;
+    assert.equal(c1.state, 'cancelled');
+    assert.equal(c1.exit_code, 130);
+    assert.equal(c1.done, true);
+    assert.equal(gone(pid), true, `grandchild ${pid} stopped`);
+
+    const c2 = (await s.ok('shell_cancel', { job_id: id })).structuredContent; // idempotent
+    assert.deepEqual([c2.state, c2.exit_code, c2.duration_ms], [c1.state, c1.exit_code, c1.duration_ms]);
+    assert.equal((await s.completion(id)).state, 'cancelled');
+
+    const unknown = await s.call('shell_cancel', { job_id: 'job_0123456789abcdef' });
+    assert.equal(unknown.isError, true, 'an unknown ID is a tool error');
+  } finally {
+    await s.close();
+  }
+});
+
+test('refuses a cwd outside the -dir jail', async () => {
+  const s = await start();
+  try {
+    for (const cwd of ['/', join(tmp, 'outside'), '..', 'escape']) {
+      const res = await s.call('shell', { command: 'pwd', cwd });
+      assert.equal(res.isError, true, `cwd ${cwd} refused`);
+      assert.match(res.content[0].text, /refused/);
+    }
+    const sub = (await s.ok('shell', { command: 'pwd -P', cwd: 'sub' })).structuredContent;
+    assert.equal(sub.output, join(jail, 'sub') + '\n');
+  } finally {
+    await s.close();
+  }
+});
+
+test('two clients cannot see each other\'s jobs', async () => {
+  const a = await start();
+  const b = await start();
+  try {
+    const { job_id: id } = (await a.ok('shell', { command: 'sleep 60', background: true })).structuredContent;
+    for (const tool of ['shell_status', 'shell_wait', 'shell_cancel']) {
+      const res = await b.call(tool, { job_id: id });
+      assert.equal(res.isError, true, `b's ${tool} of a's job`);
+      assert.match(res.content[0].text, /no job/);
+    }
+    assert.deepEqual((await b.ok('shell_list')).structuredContent.jobs, []);
+    assert.equal((await a.ok('shell_status', { job_id: id })).structuredContent.state, 'running');
+    assert.equal((await a.ok('shell_cancel', { job_id: id })).structuredContent.state, 'cancelled');
+  } finally {
+    await a.close();
+    await b.close();
+  }
+});
+
+test('-state-dir fails with a clear error', async () => {
+  const { spawnSync } = await import('node:child_process');
+  const r = spawnSync(bin, ['-state-dir', join(tmp, 'state')], { encoding: 'utf8', input: '' });
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /durable mode is not available/);
+});
