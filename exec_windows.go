@@ -315,27 +315,12 @@ func randomHex() string {
 	return hex.EncodeToString(b[:])
 }
 
-// outputPipe makes the job's output pipe. Anonymous pipes cannot do
-// overlapped I/O, so it is a named pipe with a random name, one instance
-// and no remote clients: the parent's end is opened for overlapped reads
-// (which honour deadlines), the child's end is a plain write handle. The
-// child's end is opened at once, so no other process can take the
-// instance. Neither handle is inheritable.
+// outputPipe makes the job's output pipe: the parent's end as an
+// outputReader, the child's as a plain write handle. Neither handle is
+// inheritable.
 func outputPipe() (outputReader, windows.Handle, error) {
-	name, err := windows.UTF16PtrFromString(fmt.Sprintf(`\\.\pipe\bgjob-%d-%s`, os.Getpid(), randomHex()))
+	r, w, err := namedPipe()
 	if err != nil {
-		return nil, 0, err
-	}
-	r, err := windows.CreateNamedPipe(name,
-		windows.PIPE_ACCESS_INBOUND|windows.FILE_FLAG_OVERLAPPED|windows.FILE_FLAG_FIRST_PIPE_INSTANCE,
-		windows.PIPE_TYPE_BYTE|windows.PIPE_READMODE_BYTE|windows.PIPE_WAIT|windows.PIPE_REJECT_REMOTE_CLIENTS,
-		1, 0, maxReadBuf, 0, nil)
-	if err != nil {
-		return nil, 0, err
-	}
-	w, err := windows.CreateFile(name, windows.GENERIC_WRITE|windows.FILE_READ_ATTRIBUTES, 0, nil, windows.OPEN_EXISTING, 0, 0)
-	if err != nil {
-		windows.CloseHandle(r)
 		return nil, 0, err
 	}
 	rd, err := newOutputReader(r)
@@ -345,6 +330,30 @@ func outputPipe() (outputReader, windows.Handle, error) {
 		return nil, 0, err
 	}
 	return rd, w, nil
+}
+
+// namedPipe makes a one-way pipe whose read end r does overlapped I/O.
+// Anonymous pipes cannot, so it is a named pipe with a random name, one
+// instance and no remote clients. The write end w is opened at once, so
+// no other process can take the instance.
+func namedPipe() (r, w windows.Handle, err error) {
+	name, err := windows.UTF16PtrFromString(fmt.Sprintf(`\\.\pipe\bgjob-%d-%s`, os.Getpid(), randomHex()))
+	if err != nil {
+		return 0, 0, err
+	}
+	r, err = windows.CreateNamedPipe(name,
+		windows.PIPE_ACCESS_INBOUND|windows.FILE_FLAG_OVERLAPPED|windows.FILE_FLAG_FIRST_PIPE_INSTANCE,
+		windows.PIPE_TYPE_BYTE|windows.PIPE_READMODE_BYTE|windows.PIPE_WAIT|windows.PIPE_REJECT_REMOTE_CLIENTS,
+		1, 0, maxReadBuf, 0, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	w, err = windows.CreateFile(name, windows.GENERIC_WRITE|windows.FILE_READ_ATTRIBUTES, 0, nil, windows.OPEN_EXISTING, 0, 0)
+	if err != nil {
+		windows.CloseHandle(r)
+		return 0, 0, err
+	}
+	return r, w, nil
 }
 
 // newOutputReader wraps the overlapped read end h of the output pipe.
@@ -591,21 +600,100 @@ func (p *process) active() int {
 
 // leftovers returns how many processes of the job are still alive after
 // the shell has exited.
-func (p *process) leftovers() int { return p.active() }
+func (p *process) leftovers() int { return p.live() }
+
+// live returns the number of processes of the job that are alive, not
+// counting the console host (conhost.exe) that Windows starts inside the
+// job when the shell gets a console of its own (the host has none): it
+// serves the job's processes, and exits after the last of them.
+func (p *process) live() int {
+	n := p.active()
+	if n == 0 || p.console {
+		return n
+	}
+	pids, err := p.pids(n)
+	if err != nil {
+		return n
+	}
+	live := 0
+	for _, pid := range pids {
+		if isLive(pid) {
+			live++
+		}
+	}
+	return live
+}
+
+// pids returns the IDs of the processes in the job; about n are expected.
+func (p *process) pids(n int) ([]uint32, error) {
+	for size := n + 8; ; size *= 2 {
+		// JOBOBJECT_BASIC_PROCESS_ID_LIST: two counts, then the IDs
+		// as ULONG_PTRs.
+		buf := make([]uintptr, 1+size)
+		err := windows.QueryInformationJobObject(p.job, windows.JobObjectBasicProcessIdList,
+			uintptr(unsafe.Pointer(&buf[0])), uint32(len(buf))*uint32(unsafe.Sizeof(buf[0])), nil)
+		if err == windows.ERROR_MORE_DATA && size < 1<<16 {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		counts := (*[2]uint32)(unsafe.Pointer(&buf[0]))
+		ids := make([]uint32, 0, counts[1])
+		for _, id := range buf[1 : 1+min(int(counts[1]), size)] {
+			ids = append(ids, uint32(id))
+		}
+		return ids, nil
+	}
+}
+
+// consoleHost is the path of the console host, lower-cased.
+var consoleHost = sync.OnceValue(func() string {
+	dir, err := windows.GetSystemDirectory()
+	if err != nil {
+		return ""
+	}
+	return strings.ToLower(filepath.Join(dir, "conhost.exe"))
+})
+
+// isLive reports whether process pid counts as a live process of a job:
+// it is running, and it is not the system's conhost.exe.
+func isLive(pid uint32) bool {
+	h, err := windows.OpenProcess(windows.PROCESS_QUERY_LIMITED_INFORMATION|windows.SYNCHRONIZE, false, pid)
+	if err == windows.ERROR_INVALID_PARAMETER {
+		return false // exited since the list was taken
+	}
+	if err != nil {
+		return true // alive, but not ours to inspect
+	}
+	defer windows.CloseHandle(h)
+	if ev, _ := windows.WaitForSingleObject(h, 0); ev == windows.WAIT_OBJECT_0 {
+		return false
+	}
+	var buf [windows.MAX_PATH + 1]uint16
+	n := uint32(len(buf))
+	if err := windows.QueryFullProcessImageName(h, 0, &buf[0], &n); err != nil {
+		return true
+	}
+	host := consoleHost()
+	return host == "" || strings.ToLower(windows.UTF16ToString(buf[:n])) != host
+}
 
 // awaitEmpty waits until the job has no live process or the deadline
-// passes, and returns the number still alive. It wakes on the job's
-// JOB_OBJECT_MSG_ACTIVE_PROCESS_ZERO message; each wait is also capped,
-// so that a system that does not post job messages is only slower.
+// passes, and returns the number still alive (as live counts them). It
+// wakes on the job's messages (JOB_OBJECT_MSG_EXIT_PROCESS,
+// JOB_OBJECT_MSG_ACTIVE_PROCESS_ZERO, ...) and counts again; each wait is
+// also capped, so that a system that does not post job messages is only
+// slower.
 func (p *process) awaitEmpty(deadline time.Time) int {
 	if !p.watched {
 		p.watched = true
 		p.port = watchJob(p.job)
 	}
 	for {
-		// Counted after the port was set up: a drop to zero after
-		// this count posts a message that ends the wait below.
-		n := p.active()
+		// Counted after the port was set up: a process that exits
+		// after this count posts a message that ends the wait below.
+		n := p.live()
 		left := time.Until(deadline)
 		if n == 0 || left <= 0 {
 			return n
