@@ -4,7 +4,8 @@
 //
 // Usage:
 //
-//	mcpserver [-dir DIR] [-max-running N] [-progress-interval D] [-state-dir DIR]
+//	mcpserver [-dir DIR] [-max-running N] [-progress-interval D] [-kill-grace D]
+//	          [-head-bytes N] [-tail-bytes N] [-state-dir DIR] [-v]
 //
 // See README.md for the tools and how to register the server with a client.
 package main
@@ -40,6 +41,8 @@ func run(args []string) int {
 	fs.IntVar(&opts.MaxRunning, "max-running", 0, "most jobs running at once (0: bgjob's default, 64)")
 	fs.DurationVar(&opts.ProgressInterval, "progress-interval", defaultProgressInterval, "how often a waiting shell call sends a progress notification")
 	fs.DurationVar(&opts.KillGrace, "kill-grace", 0, "time between SIGTERM and SIGKILL when a job is stopped (0: bgjob's default, 2s)")
+	fs.IntVar(&opts.HeadBytes, "head-bytes", 0, "first bytes of each job's output to keep (0: bgjob's default, 64 KiB)")
+	fs.IntVar(&opts.TailBytes, "tail-bytes", 0, "last bytes of each job's output to keep (0: bgjob's default, 1 MiB)")
 	verbose := fs.Bool("v", false, "log the server's diagnostics to stderr")
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -41,6 +41,12 @@ type Options struct {
 	// SIGKILL. If it is 0, bgjob's default (2s) applies.
 	KillGrace time.Duration
 
+	// HeadBytes and TailBytes bound the output kept per job (the first
+	// and the last bytes of its stream), and so the output a tool call
+	// can return. If 0, bgjob's defaults (64 KiB and 1 MiB) apply.
+	HeadBytes int
+	TailBytes int
+
 	// Logger receives the server's own diagnostics, never job output.
 	// If Logger is nil, nothing is logged.
 	Logger *slog.Logger
@@ -93,6 +99,8 @@ func New(opts Options) (*Server, error) {
 		MaxRunning:       opts.MaxRunning,
 		ProgressInterval: opts.ProgressInterval,
 		KillGrace:        opts.KillGrace,
+		HeadBytes:        opts.HeadBytes,
+		TailBytes:        opts.TailBytes,
 		Logger:           s.log,
 		OnComplete:       s.completed,
 	}

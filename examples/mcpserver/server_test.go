@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 import (
@@ -692,5 +694,32 @@ func TestWithin(t *testing.T) {
 		if got := within("/a/b", tt.path); got != tt.want {
 			t.Errorf("within(/a/b, %s): got %v; want %v", tt.path, got, tt.want)
 		}
+	}
+}
+
+func TestTruncatedOutput(t *testing.T) {
+	srv := newTestServer(t, Options{HeadBytes: 16, TailBytes: 16})
+	c := connect(t, srv)
+	// 1..100, one per line: 292 bytes.
+	var out ShellOutput
+	c.mustCall("shell", map[string]any{"command": "seq 1 100"}, &out)
+	if out.OutputBytes != 292 || out.OmittedBytes <= 0 || !strings.Contains(out.Notice, "truncated") {
+		t.Errorf("got output_bytes %d, omitted %d, notice %q; want 292, > 0, truncated", out.OutputBytes, out.OmittedBytes, out.Notice)
+	}
+	if !strings.HasPrefix(out.Output, "1\n2\n3\n") || !strings.HasSuffix(out.Output, "99\n100\n") {
+		t.Errorf("got output %q; want the head and the tail", out.Output)
+	}
+
+	id := c.background("seq 1 100")
+	var w JobResult
+	c.mustCall("shell_wait", map[string]any{"job_id": id}, &w)
+	var head, tail StatusOutput
+	c.mustCall("shell_status", map[string]any{"job_id": id}, &head)
+	if head.Offset != 0 || !strings.HasPrefix(head.Output, "1\n2\n") || head.Done {
+		t.Errorf("read from 0: got %+v; want the head, not done", head)
+	}
+	c.mustCall("shell_status", map[string]any{"job_id": id, "offset": head.NextOffset}, &tail)
+	if tail.Skipped <= 0 || tail.Offset != head.NextOffset+tail.Skipped || !strings.HasSuffix(tail.Output, "100\n") || !tail.Done || tail.NextOffset != 292 {
+		t.Errorf("read after the head: got %+v; want skipped bytes, then the tail to 292, done", tail)
 	}
 }
