@@ -34,6 +34,9 @@ func FailSpawns(r *Registry) {
 	}
 }
 
+// RealSpawns undoes FailSpawns.
+func RealSpawns(r *Registry) { r.start = startProcess }
+
 // Retained returns the number of jobs in the retention set.
 func Retained(r *Registry) int {
 	r.mu.Lock()
