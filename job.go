@@ -6,7 +6,9 @@ import (
 
 // ID names a job. It is "job_" followed by 16 hex digits of a keyed hash of
 // the job's launch parameters (see [Registry.Start]). Knowing an ID is the
-// right to poll and cancel the job it names.
+// right to poll and cancel the job it names. The session is part of the
+// hash, so an ID only ever names jobs of one session: a host that scopes
+// IDs to a client can check Snapshot.Session once.
 type ID string
 
 // Spec describes a command to run as a job.

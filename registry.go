@@ -764,7 +764,9 @@ func (r *Registry) List(session string) []Snapshot {
 }
 
 // Completions returns the session's queued completions, oldest first, and
-// empties the queue: each completion is delivered once.
+// empties the queue: each completion is delivered once, even to
+// concurrent callers. A queue grows until it is drained; a host that
+// learns of ends through Config.OnComplete instead should drain it there.
 func (r *Registry) Completions(session string) []Completion {
 	r.mu.Lock()
 	defer r.mu.Unlock()

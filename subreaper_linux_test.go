@@ -1,0 +1,62 @@
+package bgjob_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/bgjob/bgjob"
+)
+
+// TestSubreaper runs in a child test process, since becoming a subreaper
+// changes the whole process for good.
+func TestSubreaper(t *testing.T) {
+	if os.Getenv("BGJOB_TEST_SUBREAPER") != "1" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestSubreaper$", "-test.v")
+		cmd.Env = append(os.Environ(), "BGJOB_TEST_SUBREAPER=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestSubreaper") {
+			t.Fatalf("child test: %v\n%s", err, out)
+		}
+		return
+	}
+	r := newRegistry(t, bgjob.Config{Subreaper: true})
+	// The shell exits at once, orphaning two sleeps; they become the
+	// host's children, are stopped as leftovers and must be reaped.
+	s, err := r.Start(context.Background(), bgjob.Spec{Command: "sleep 300 & sleep 300 & exit 0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = wait(t, r, s.ID)
+	if !strings.Contains(s.Output.Notice, "2 leftover") {
+		t.Errorf("notice %q; want 2 leftovers stopped", s.Output.Notice)
+	}
+	if z := zombieChildren(); len(z) > 0 {
+		t.Errorf("zombie children of the host: %v; want none", z)
+	}
+}
+
+// zombieChildren lists the zombies whose parent is this process.
+func zombieChildren() []int {
+	me := strconv.Itoa(os.Getpid())
+	names, _ := os.ReadDir("/proc")
+	var z []int
+	for _, e := range names {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+		if len(f) > 1 && f[0] == "Z" && f[1] == me {
+			z = append(z, pid)
+		}
+	}
+	return z
+}
