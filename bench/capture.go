@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"time"
 
@@ -32,8 +33,9 @@ type captureReport struct {
 
 // captureResult: workload 3.
 type captureResult struct {
-	mibps  float64 // best of the runs
+	mibps  float64 // median of the runs
 	rssMiB float64 // largest of the runs
+	all    []float64
 	runs   int
 	err    string
 }
@@ -43,16 +45,29 @@ type captureResult struct {
 // is per process and for its whole life, so each implementation gets a
 // process of its own.
 func captureChild(impl string, n int64) {
+	t0 := time.Now()
+	got, err := capture(impl, n)
+	if err != nil {
+		fatalf("capture %s: %v", impl, err)
+	}
+	secs := time.Since(t0).Seconds()
+	var ru unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	json.NewEncoder(os.Stdout).Encode(captureReport{Impl: impl, Bytes: got, Seconds: secs, MaxRSS: ru.Maxrss})
+}
+
+// capture runs a command that writes n bytes with the implementation
+// impl and returns how many bytes it saw.
+func capture(impl string, n int64) (int64, error) {
 	command := captureCommand(n)
 	var got int64
-	t0 := time.Now()
 	switch impl {
 	case "os/exec":
 		// The floor: os/exec copies the pipe into io.Discard.
 		c := exec.Command(shell[0], shArgs(command)...)
 		c.Stdout, c.Stderr = io.Discard, io.Discard
 		if err := c.Run(); err != nil {
-			fatalf("capture os/exec: %v", err)
+			return 0, err
 		}
 		got = n
 	case "go-cmd":
@@ -79,24 +94,24 @@ func captureChild(impl string, n int64) {
 			}
 		}
 		if st := <-status; st.Error != nil || st.Exit != 0 {
-			fatalf("capture go-cmd: %v, exit %d", st.Error, st.Exit)
+			return 0, fmt.Errorf("%v, exit %d", st.Error, st.Exit)
 		}
 	case "bgjob":
 		r := newRegistry(bgjob.Config{})
+		defer closeRegistry(r)
 		res, err := r.RunForeground(context.Background(), bgjob.Spec{Command: command},
 			bgjob.Foreground{SoftCap: 10 * time.Minute})
-		if err != nil || res.Detached || res.ExitCode != 0 {
-			fatalf("capture bgjob: %v, detached %v, exit %d %s", err, res.Detached, res.ExitCode, res.Reason)
+		if err != nil {
+			return 0, err
+		}
+		if res.Detached || res.ExitCode != 0 {
+			return 0, fmt.Errorf("detached %v, exit %d %s", res.Detached, res.ExitCode, res.Reason)
 		}
 		got = res.Output.Total
-		closeRegistry(r)
 	default:
-		fatalf("capture: unknown implementation %q", impl)
+		return 0, fmt.Errorf("unknown implementation %q", impl)
 	}
-	secs := time.Since(t0).Seconds()
-	var ru unix.Rusage
-	unix.Getrusage(unix.RUSAGE_SELF, &ru)
-	json.NewEncoder(os.Stdout).Encode(captureReport{Impl: impl, Bytes: got, Seconds: secs, MaxRSS: ru.Maxrss})
+	return got, nil
 }
 
 // runCapture runs each implementation's capture of n bytes in a child
@@ -132,9 +147,19 @@ func runCapture(n int64, runs int) [nImpl]captureResult {
 				continue
 			}
 			r.runs++
-			r.mibps = max(r.mibps, float64(n)/(1<<20)/rep.Seconds)
+			r.all = append(r.all, float64(n)/(1<<20)/rep.Seconds)
+			r.mibps = median(r.all)
 			r.rssMiB = max(r.rssMiB, float64(rep.MaxRSS)/1024)
 		}
 	}
 	return res
+}
+
+func median(v []float64) float64 {
+	c := slices.Clone(v)
+	slices.Sort(c)
+	if len(c)%2 == 1 {
+		return c[len(c)/2]
+	}
+	return (c[len(c)/2-1] + c[len(c)/2]) / 2
 }

@@ -32,8 +32,8 @@ type sizes struct {
 }
 
 var (
-	full  = sizes{spawn: 300, foreground: 1000, capture: 1 << 30, captureRuns: 2, fanout: 1000, retained: 10000, calls: 20000, coalesce: 1000}
-	quick = sizes{spawn: 100, foreground: 200, capture: 64 << 20, captureRuns: 1, fanout: 200, retained: 1000, calls: 5000, coalesce: 200}
+	full  = sizes{spawn: 300, foreground: 1000, capture: 1 << 30, captureRuns: 3, fanout: 1000, retained: 10000, calls: 20000, coalesce: 1000}
+	quick = sizes{spawn: 100, foreground: 200, capture: 64 << 20, captureRuns: 3, fanout: 200, retained: 1000, calls: 5000, coalesce: 200}
 )
 
 var workloads = []string{"spawn", "foreground", "capture", "fanout", "status", "coalesce"}
@@ -67,7 +67,7 @@ func main() {
 	want := func(w string) bool { return len(run) == 0 || run[w] }
 
 	begin := time.Now()
-	fmt.Printf("bgjob bench: %s/%s, %d CPUs, %s, %s sizes\n\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), map[bool]string{true: "quick", false: "full"}[*quickFlag])
+	fmt.Printf("bgjob bench: %s/%s, %d CPUs, %s, %s sizes, load average %s at start\n\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), map[bool]string{true: "quick", false: "full"}[*quickFlag], loadAvg())
 	var rows []row
 	var notes []string
 	step := func(name string, f func()) {
@@ -125,7 +125,10 @@ func main() {
 	for _, n := range notes {
 		fmt.Println("- " + n)
 	}
-	fmt.Printf("\ntotal %v\n", time.Since(begin).Round(time.Millisecond))
+	fmt.Printf("\ntotal %v, load average %s at the end\n", time.Since(begin).Round(time.Millisecond), loadAvg())
+	if busy() {
+		fmt.Println("warning: other processes kept the machine busy; timings are unreliable")
+	}
 	if failed {
 		fmt.Println("some targets missed (FAIL)")
 		if *strict {
@@ -141,4 +144,27 @@ func contains(l []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// loadAvg returns the 1-minute load average, or "?".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
+}
+
+// busy reports whether the 1-minute load average says that more than
+// this benchmark ran (it alone keeps it near 1 on this machine).
+func busy() bool {
+	var l float64
+	if _, err := fmt.Sscan(loadAvg(), &l); err != nil {
+		return false
+	}
+	return l > float64(runtime.NumCPU())
 }

@@ -187,7 +187,7 @@ func captureRows(c [nImpl]captureResult, n int64) []row {
 	if n >= 1<<30 {
 		size = fmt.Sprintf("%.0f GiB", float64(n)/(1<<30))
 	}
-	tp := row{workload: "3 capture " + size, metric: "throughput (best run)", unit: fmtMiBps,
+	tp := row{workload: "3 capture " + size, metric: "throughput, median run", unit: fmtMiBps,
 		target: fmt.Sprintf("≥ %.2f× os/exec", captureMinRatio), check: relTo(captureMinRatio, false)}
 	rss := row{workload: "3 capture " + size, metric: "peak RSS of the process", unit: fmtMiB,
 		target: fmt.Sprintf("≤ %d MiB", captureMaxRSSMiB), check: atMost(captureMaxRSSMiB)}
