@@ -1,0 +1,498 @@
+package bgjob_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/bgjob/bgjob"
+	"go.uber.org/goleak"
+)
+
+// Both a Redactor and a pointer to one are Admitters.
+var (
+	_ bgjob.Admitter = bgjob.Redactor{}
+	_ bgjob.Admitter = &bgjob.Redactor{}
+)
+
+// Fake secrets, built by concatenation so that secret scanners do not
+// flag this file. The AWS ones are the examples of AWS's documentation.
+var (
+	fakeAWSKey    = "AKIA" + "IOSFODNN7EXAMPLE"
+	fakeAWSTemp   = "ASIA" + "Y34FZKBOKMUTVV7A"
+	fakeAWSSecret = "wJalrXUtnFEMI/K7MDENG/" + "bPxRfiCYEXAMPLEKEY"
+	fakeGHP       = "ghp" + "_" + strings.Repeat("A1b2C3", 6)
+	fakeGHS       = "ghs" + "_" + strings.Repeat("z9Y8x7", 6)
+	fakeGHPAT     = "github" + "_pat_" + "11ABCDEFG0" + strings.Repeat("aB3_", 18)
+	fakeSlack     = "xox" + "b-123456789012-1234567890123-" + "AbCdEfGhIjKlMnOpQrStUvWx"
+	fakeJWT       = "eyJhbGciOiJIUzI1NiJ9" + ".eyJzdWIiOiIxMjM0In0.dBjftJeZ4CVPmB92K27uhbUJU1p1r_wW1gFWFOEjXk"
+	pemBody       = []string{
+		"MIIEpAIBAAKCAQEA3Tz2mr7SZiAMfQyuvBjM9Oi4b2Lh5yZ8Ch4p6bnYxKqZ0vWl",
+		"k7aHkZ2nq1Xw0BvNwPz3q1kGmXH2VdWx8Gf0m7S9eYkNfQ3uC2k1mXq9Ym4Lh0aQ",
+		"p2Jc8lQ==",
+	}
+)
+
+func pemBlock(kind string) []string {
+	lines := []string{"-----BEGIN " + kind + "PRIVATE KEY-----"}
+	lines = append(lines, pemBody...)
+	return append(lines, "-----END "+kind+"PRIVATE KEY-----")
+}
+
+func redact(t *testing.T, r bgjob.Redactor, in string) (string, string) {
+	t.Helper()
+	a, err := r.Admit(context.Background(), bgjob.AdmitRequest{Text: in})
+	if err != nil || a.Withhold {
+		t.Fatalf("Admit: err %v, withhold %v; want neither", err, a.Withhold)
+	}
+	return a.Text, a.Notice
+}
+
+func TestRedactorKinds(t *testing.T) {
+	const (
+		aws  = "[REDACTED:aws-key]"
+		awsS = "[REDACTED:aws-secret]"
+		gh   = "[REDACTED:github-token]"
+		sl   = "[REDACTED:slack-token]"
+		br   = "[REDACTED:bearer]"
+		au   = "[REDACTED:authorization]"
+		pw   = "[REDACTED:password]"
+		tok  = "[REDACTED:token]"
+		sec  = "[REDACTED:secret]"
+	)
+	for _, tc := range []struct {
+		name, in, want string
+		n              int
+	}{
+		{"aws-key", "id " + fakeAWSKey + " ok", "id " + aws + " ok", 1},
+		{"aws-key-temporary", "AccessKeyId: " + fakeAWSTemp, "AccessKeyId: " + aws, 1},
+		{"aws-key-in-assignment", "aws_access_key_id=" + fakeAWSKey, "aws_access_key_id=" + aws, 1},
+		{"aws-secret-ini", "aws_secret_access_key = " + fakeAWSSecret, "aws_secret_access_key = " + awsS, 1},
+		{"aws-secret-env", "AWS_SECRET_ACCESS_KEY=" + fakeAWSSecret + " aws s3 ls", "AWS_SECRET_ACCESS_KEY=" + awsS + " aws s3 ls", 1},
+		{"aws-secret-json", `"SecretAccessKey": "` + fakeAWSSecret + `",`, `"SecretAccessKey": "` + awsS + `",`, 1},
+		{"github-ghp", "token " + fakeGHP + " end", "token " + gh + " end", 1},
+		{"github-in-url", "remote: https://x-access-token:" + fakeGHS + "@github.com/o/r", "remote: https://x-access-token:" + gh + "@github.com/o/r", 1},
+		{"github-after-key", "GITHUB_TOKEN=" + fakeGHS, "GITHUB_TOKEN=" + gh, 1},
+		{"github-prefixes", "gho_" + fakeGHP[4:] + " ghu_" + fakeGHP[4:] + " ghr_" + fakeGHP[4:], gh + " " + gh + " " + gh, 3},
+		{"github-pat", "GH=" + fakeGHPAT, "GH=" + gh, 1},
+		{"slack", "slack " + fakeSlack + ".", "slack " + sl + ".", 1},
+		{"slack-user", "xoxp-1234567890-abcdef", sl, 1},
+		{"authorization-bearer", "Authorization: Bearer " + fakeJWT, "Authorization: Bearer " + br, 1},
+		{"authorization-bearer-lower", "authorization: bearer abcdefgh", "authorization: bearer " + br, 1},
+		{"authorization-bearer-mixed-case", "AUTHORIZATION: BeArEr abcdefgh", "AUTHORIZATION: BeArEr " + br, 1},
+		{"authorization-curl", `curl -H "Authorization: Bearer 0a1b2c3d4e" https://x`, `curl -H "Authorization: Bearer ` + br + `" https://x`, 1},
+		{"authorization-json", `{"authorization": "Bearer abc def"}`, `{"authorization": "Bearer ` + br + `"}`, 1},
+		{"authorization-basic", "> Authorization: Basic dXNlcjpwYXNz", "> Authorization: Basic " + au, 1},
+		{"authorization-bare", "authorization=c2VjcmV0", "authorization=" + au, 1},
+		{"bearer-alone", "using Bearer " + fakeJWT + " now", "using Bearer " + br + " now", 1},
+		{"password-eq", "password=hunter2 next", "password=" + pw + " next", 1},
+		{"password-colon", "password: hunter2", "password: " + pw, 1},
+		{"password-upper-prefixed", "export DB_PASSWORD=s3cr3t!", "export DB_PASSWORD=" + pw, 1},
+		{"password-flag", "mysql --password=hunter2 -u root", "mysql --password=" + pw + " -u root", 1},
+		{"password-quoted-spaces", `password = "correct horse battery"`, `password = "` + pw + `"`, 1},
+		{"password-quoted-unclosed", `password: 'correct horse`, `password: '` + pw, 1},
+		{"password-json", `{"user": "bob", "Password": "hunter2"}`, `{"user": "bob", "Password": "` + pw + `"}`, 1},
+		{"password-walrus", `password := "hunter2"`, `password := "` + pw + `"`, 1},
+		{"password-arrow", `'password' => 'hunter2',`, `'password' => '` + pw + `',`, 1},
+		{"passwd", "passwd=hunter2", "passwd=" + pw, 1},
+		{"secret", "secret=abc123", "secret=" + sec, 1},
+		{"client-secret-yaml", "  client_secret: abc123", "  client_secret: " + sec, 1},
+		{"api-key", "curl https://api.example.com/?api_key=abc123&x=1", "curl https://api.example.com/?api_key=" + sec, 1},
+		{"token", "token=abc123", "token=" + tok, 1},
+		{"access-token-json", `"access_token":"abc.def.ghi"`, `"access_token":"` + tok + `"`, 1},
+		{"header-token", "X-Auth-Token: 5f2b9c", "X-Auth-Token: " + tok, 1},
+		{"url-userinfo", "cloning https://bob:hunter2@example.com/repo.git", "cloning https://bob:" + pw + "@example.com/repo.git", 1},
+		{"crlf-kept", "password=hunter2\r\nok\r\n", "password=" + pw + "\r\nok\r\n", 1},
+		{"several-per-line",
+			"AKIA: " + fakeAWSKey + " gh " + fakeGHP + " password=x token=y " + fakeSlack,
+			"AKIA: " + aws + " gh " + gh + " password=" + pw + " token=" + tok + " " + sl, 5},
+		{"overlapping-counts-once", "password=" + fakeAWSKey, "password=" + aws, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, n := bgjob.Redactor{}.Redact(tc.in)
+			if got != tc.want || n != tc.n {
+				t.Errorf("Redact(%q)\ngot  %q, %d\nwant %q, %d", tc.in, got, n, tc.want, tc.n)
+			}
+		})
+	}
+}
+
+func TestRedactorPEM(t *testing.T) {
+	const pk = "[REDACTED:private-key]"
+	masked := func(n int) []string {
+		s := make([]string, n)
+		for i := range s {
+			s[i] = pk
+		}
+		return s
+	}
+	block := pemBlock("RSA ")
+	cat := func(parts ...[]string) string {
+		var all []string
+		for _, p := range parts {
+			all = append(all, p...)
+		}
+		return strings.Join(all, "\n") + "\n"
+	}
+	// What the registry puts between head and tail when it dropped bytes.
+	omission := []string{"[... 4096 bytes omitted ...]"}
+	for _, tc := range []struct {
+		name, in, want string
+		n              int
+	}{
+		{"block", cat([]string{"before"}, block, []string{"after"}),
+			cat([]string{"before"}, masked(len(block)), []string{"after"}), 1},
+		{"kinds", cat(pemBlock(""), pemBlock("EC "), pemBlock("OPENSSH "), pemBlock("ENCRYPTED "), pemBlock("PGP ")),
+			cat(masked(5 * len(block))), 5},
+		{"pgp-block", "-----BEGIN PGP PRIVATE KEY BLOCK-----\nabc\n-----END PGP PRIVATE KEY BLOCK-----\n", cat(masked(3)), 1},
+		{"begin-without-end", cat([]string{"before"}, block[:2]), cat([]string{"before"}, masked(2)), 1},
+		{"end-without-begin", cat(block[2:], []string{"after"}), cat(masked(len(block)-2), []string{"after"}), 1},
+		{"lone-end-after-block", cat(block, []string{"x"}, block[2:]), cat(masked(len(block)), masked(1), masked(len(block)-2)), 2},
+		{"empty-lines-kept", "-----BEGIN PRIVATE KEY-----\n\nabc\n-----END PRIVATE KEY-----\n", pk + "\n\n" + pk + "\n" + pk + "\n", 1},
+		{"crlf", "-----BEGIN PRIVATE KEY-----\r\nabc\r\n-----END PRIVATE KEY-----\r\nok\r\n", pk + "\r\n" + pk + "\r\n" + pk + "\r\nok\r\n", 1},
+		{"one-line-json", `{"private_key": "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n", "x": 1}` + "\n" + "next\n",
+			pk + "\nnext\n", 1},
+		{"no-final-newline", "a\n-----BEGIN PRIVATE KEY-----\nabc", "a\n" + pk + "\n" + pk, 1},
+		{"omission-ends-section", cat([]string{"head"}, block[:3], omission, block[3:], []string{"tail"}),
+			cat([]string{"head"}, masked(3), omission, masked(len(block)-3), []string{"tail"}), 2},
+		{"omission-after-block", cat(block, omission, []string{"tail"}), cat(masked(len(block)), omission, []string{"tail"}), 1},
+		{"omission-open-block-tail-clean", cat(block[:2], omission, []string{"tail"}), cat(masked(2), omission, []string{"tail"}), 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, n := bgjob.Redactor{}.Redact(tc.in)
+			if got != tc.want || n != tc.n {
+				t.Errorf("Redact(%q)\ngot  %q, %d\nwant %q, %d", tc.in, got, n, tc.want, tc.n)
+			}
+		})
+	}
+}
+
+// Text that holds no secret comes back as the very same string, with no
+// notice.
+func TestRedactorNoFalsePositives(t *testing.T) {
+	for _, in := range []string{
+		"",
+		"hello, world\n",
+		"commit 9fceb02d0ae598e95dc970b74767f19372d61af8\nAuthor: Bob <bob@example.com>\nDate:   Mon Jan 2 15:04:05 2006 -0700\n",
+		"sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855  go.sum\n",
+		"md5 d41d8cd98f00b204e9800998ecf8427e, blake3 af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262\n",
+		"2024-01-02T15:04:05Z INFO listening on http://127.0.0.1:8080/path?q=1&r=2\n",
+		"ssh://git@github.com:22/org/repo.git\n",
+		"if token == nil || secret != want || passwd <= 3 {\n",
+		"let t = Token::new(); token_count: 5, max_tokens=4096, secrets: inherit\n",
+		"the bearer of this letter; bearer authentication is described in RFC 6750\n",
+		"ASIA and AKIA are just words; AKIAIOSFODNN7EXAMPLEX is too long\n",
+		"load the PRIVATE KEY from disk; -----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+		"-----BEGIN PUBLIC KEY-----\nMFkw\n-----END PUBLIC KEY-----\n",
+		"password:\nsecret =\ntoken: \"\"\n",
+		"ghp_short xoxb-short github_pat_short\n",
+		"[REDACTED:password] [REDACTED] [... 12 bytes omitted ...]\n",
+		"\x00\xff\xfe binary = : \x00\n",
+	} {
+		got, notice := redact(t, bgjob.Redactor{}, in)
+		if got != in || notice != "" {
+			t.Errorf("Admit(%q) = %q, notice %q; want the text unchanged, no notice", in, got, notice)
+		}
+		if len(in) > 0 && unsafe.StringData(got) != unsafe.StringData(in) {
+			t.Errorf("Admit(%q) returned a copy; want the same string", in)
+		}
+	}
+}
+
+func TestRedactorNotice(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"clean", ""},
+		{"password=x", "redacted 1 secret"},
+		{"password=x\n" + strings.Join(pemBlock(""), "\n") + "\n" + fakeAWSKey, "redacted 3 secrets"},
+	} {
+		_, notice := redact(t, bgjob.Redactor{}, tc.in)
+		if notice != tc.want {
+			t.Errorf("Admit(%q).Notice = %q; want %q", tc.in, notice, tc.want)
+		}
+	}
+	// A pointer works as well as a value.
+	var a bgjob.Admitter = &bgjob.Redactor{}
+	got, err := a.Admit(context.Background(), bgjob.AdmitRequest{Text: "token=abc", Partial: true})
+	if err != nil || got.Text != "token=[REDACTED:token]" || got.Notice != "redacted 1 secret" {
+		t.Errorf("(*Redactor).Admit = %+v, %v; want the token masked", got, err)
+	}
+}
+
+func TestRedactorExtra(t *testing.T) {
+	r := bgjob.Redactor{Extra: []*regexp.Regexp{
+		regexp.MustCompile(`(?i)session_id=(\S+)`),
+		regexp.MustCompile(`ACME-[0-9]{6}`),
+		regexp.MustCompile(`(?s)<<SECRET.*?SECRET>>`),
+		regexp.MustCompile(`(unmatched)?xyz`), // a group that does not take part
+		nil,                                   // ignored
+	}}
+	for _, tc := range []struct {
+		name, in, want string
+		n              int
+	}{
+		{"group", "SESSION_ID=abc123 ok", "SESSION_ID=[REDACTED] ok", 1},
+		{"whole-match", "license ACME-123456 and ACME-654321", "license [REDACTED] and [REDACTED]", 2},
+		{"multi-line-keeps-newlines", "a <<SECRET\nline\n\nSECRET>> b\n", "a [REDACTED]\n[REDACTED]\n\n[REDACTED] b\n", 1},
+		{"empty-group-skipped", "xyz", "xyz", 0},
+		{"with-builtin", "password=ACME-123456", "password=[REDACTED:password]", 1},
+		{"omission-line-protected", "[... 123456 bytes omitted ...]\n", "[... 123456 bytes omitted ...]\n", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "omission-line-protected" {
+				r := bgjob.Redactor{Extra: []*regexp.Regexp{regexp.MustCompile(`\d+ bytes`)}}
+				got, n := r.Redact(tc.in)
+				if got != tc.want || n != tc.n {
+					t.Errorf("got %q, %d; want %q, %d", got, n, tc.want, tc.n)
+				}
+				return
+			}
+			got, n := r.Redact(tc.in)
+			if got != tc.want || n != tc.n {
+				t.Errorf("Redact(%q)\ngot  %q, %d\nwant %q, %d", tc.in, got, n, tc.want, tc.n)
+			}
+		})
+	}
+}
+
+// secretLines are lines that each hold at least one secret.
+var secretLines = []string{
+	"export AWS_ACCESS_KEY_ID=" + fakeAWSKey,
+	"aws_secret_access_key = " + fakeAWSSecret,
+	"remote: https://x-access-token:" + fakeGHS + "@github.com/o/r",
+	"GITHUB_TOKEN=" + fakeGHP + " " + fakeGHPAT,
+	"SLACK=" + fakeSlack,
+	"> Authorization: Bearer " + fakeJWT,
+	`{"password": "p4ss w0rd", "api_key": "k"}`,
+	"postgres://app:hunter2@db:5432/app token: t0k",
+	strings.Join(pemBlock("OPENSSH "), "\n"),
+}
+
+var plainLines = []string{
+	"ok  \tgithub.com/bgjob/bgjob\t0.512s",
+	"commit 9fceb02d0ae598e95dc970b74767f19372d61af8",
+	"2024-01-02T15:04:05Z INFO request id=42 path=/v1/jobs status=200 dur=3ms",
+	"",
+	"\tat main.go:12: if err != nil {",
+}
+
+// The number of lines never changes, no secret survives, and a second
+// pass changes nothing.
+func TestRedactorLinesAndIdempotence(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for i := range 200 {
+		var lines []string
+		for range rnd.IntN(30) {
+			if rnd.IntN(3) == 0 {
+				lines = append(lines, secretLines[rnd.IntN(len(secretLines))])
+			} else {
+				lines = append(lines, plainLines[rnd.IntN(len(plainLines))])
+			}
+		}
+		in := strings.Join(lines, "\n")
+		if i%2 == 0 {
+			in += "\n"
+		}
+		out, _ := bgjob.Redactor{}.Redact(in)
+		if got, want := strings.Count(out, "\n"), strings.Count(in, "\n"); got != want {
+			t.Fatalf("Redact(%q): %d line breaks; want %d", in, got, want)
+		}
+		for _, s := range []string{fakeAWSKey, fakeAWSSecret, fakeGHS, fakeGHP, fakeGHPAT, fakeSlack, fakeJWT, "p4ss", "hunter2", "t0k", pemBody[0]} {
+			if strings.Contains(out, s) {
+				t.Fatalf("Redact(%q) = %q; holds %q", in, out, s)
+			}
+		}
+		again, n := bgjob.Redactor{}.Redact(out)
+		if again != out || n != 0 {
+			t.Fatalf("second pass over %q = %q, %d; want it unchanged, 0", out, again, n)
+		}
+	}
+}
+
+func FuzzRedactor(f *testing.F) {
+	for _, s := range append(secretLines, plainLines...) {
+		f.Add(s + "\n")
+	}
+	f.Add(strings.Join(pemBlock("RSA "), "\n"))
+	f.Add("a\n-----END PRIVATE KEY-----\n[... 3 bytes omitted ...]\n-----BEGIN PRIVATE KEY-----\nb")
+	f.Fuzz(func(t *testing.T, in string) {
+		out, n := bgjob.Redactor{}.Redact(in)
+		if strings.Count(out, "\n") != strings.Count(in, "\n") {
+			t.Fatalf("Redact(%q) = %q: line breaks changed", in, out)
+		}
+		if n == 0 && out != in {
+			t.Fatalf("Redact(%q) = %q with no secret counted", in, out)
+		}
+		if again, m := (bgjob.Redactor{}).Redact(out); again != out || m != 0 {
+			t.Fatalf("Redact(%q) = %q; again %q, %d; want idempotent", in, out, again, m)
+		}
+	})
+}
+
+func TestRedactorConcurrent(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	r := &bgjob.Redactor{Extra: []*regexp.Regexp{regexp.MustCompile(`ACME-[0-9]+`)}}
+	in := strings.Join(secretLines, "\n") + "\nACME-42\n"
+	want, _ := r.Redact(in)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				a, err := r.Admit(context.Background(), bgjob.AdmitRequest{Text: in, Partial: true})
+				if err != nil || a.Text != want {
+					t.Errorf("concurrent Admit = %q, %v; want %q", a.Text, err, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// Through a Registry: the final text is redacted around the omission
+// line, which stays whole, and Read after the job's end maps raw offsets
+// to the redacted text line for line.
+func TestRedactorRegistry(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("the command is a /bin/sh script")
+	}
+	defer goleak.VerifyNone(t)
+	r, err := bgjob.New(bgjob.Config{Admitter: bgjob.Redactor{}, HeadBytes: 120, TailBytes: 400, KillGrace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	defer func() {
+		if err := r.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}()
+	first := "start password=hunter2"
+	lines := []string{first, "-----BEGIN RSA PRIVATE KEY-----"}
+	for range 12 {
+		lines = append(lines, pemBody[0])
+	}
+	lines = append(lines, "-----END RSA PRIVATE KEY-----", "done token=t0k")
+	var cmd strings.Builder
+	cmd.WriteString("printf '%s\\n'")
+	for _, l := range lines {
+		cmd.WriteString(" '" + l + "'")
+	}
+	s, err := r.Start(ctx, bgjob.Spec{Command: cmd.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err = r.Wait(ctx, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := s.Output
+	if out.Omitted == 0 || !strings.Contains(out.Text, fmt.Sprintf("[... %d bytes omitted ...]\n", out.Omitted)) {
+		t.Fatalf("Text %q, Omitted %d; want an omission line", out.Text, out.Omitted)
+	}
+	for _, secret := range []string{"hunter2", "t0k", pemBody[0][:16]} {
+		if strings.Contains(out.Text, secret) {
+			t.Errorf("Text %q holds %q", out.Text, secret)
+		}
+	}
+	if !strings.Contains(out.Notice, "redacted") {
+		t.Errorf("Notice %q; want a redaction count", out.Notice)
+	}
+	// Read line by line: each chunk is one admitted line whose offsets
+	// are those of the raw line.
+	c, err := r.Read(s.ID, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "start password=[REDACTED:password]\n"; c.Data != want || c.Offset != 0 || c.Next != int64(len(first)+1) {
+		t.Errorf("Read(0, 1) = %+v; want Data %q, Offset 0, Next %d", c, want, len(first)+1)
+	}
+	var data strings.Builder
+	skipped := int64(0)
+	for off := int64(0); ; {
+		c, err := r.Read(s.ID, off, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data.WriteString(c.Data)
+		skipped += c.Skipped
+		if c.Done {
+			break
+		}
+		if c.Next <= off {
+			t.Fatalf("Read(%d) = %+v: no progress", off, c)
+		}
+		off = c.Next
+	}
+	if skipped != out.Omitted {
+		t.Errorf("Read skipped %d bytes; want %d", skipped, out.Omitted)
+	}
+	if got, want := data.String(), strings.Replace(out.Text, fmt.Sprintf("[... %d bytes omitted ...]\n", out.Omitted), "", 1); got != want {
+		t.Errorf("chunks joined = %q; want the text without its omission line %q", got, want)
+	}
+}
+
+// BenchmarkRedactor measures Admit over 1 MiB of build-log-like text,
+// clean and with a secret about every 64 lines.
+func BenchmarkRedactor(b *testing.B) {
+	clean := benchText(1<<20, nil)
+	dirty := benchText(1<<20, secretLines)
+	for _, bc := range []struct {
+		name string
+		text string
+	}{{"clean-1MiB", clean}, {"secrets-1MiB", dirty}} {
+		b.Run(bc.name, func(b *testing.B) {
+			var r bgjob.Redactor
+			req := bgjob.AdmitRequest{Text: bc.text}
+			b.SetBytes(int64(len(bc.text)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := r.Admit(context.Background(), req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func benchText(size int, secrets []string) string {
+	var sb strings.Builder
+	for i := 0; sb.Len() < size; i++ {
+		if len(secrets) > 0 && i%64 == 63 {
+			sb.WriteString(secrets[(i/64)%len(secrets)])
+		} else {
+			fmt.Fprintf(&sb, "2024-01-02T15:04:%02dZ INFO compile pkg=%d file=src/mod%d/file.go:%d hash=%016x ok\n", i%60, i, i%97, i%1000, uint64(i)*0x9e3779b97f4a7c15)
+			continue
+		}
+		sb.WriteByte('\n')
+	}
+	return sb.String()
+}
+
+// Inputs that once cost quadratic time (every marker of a long line
+// looked back to the line's start) must take about linear time.
+func TestRedactorLinearTime(t *testing.T) {
+	for _, unit := range []string{
+		"-----BEGIN PRIVATE KEY-----", "-----END PRIVATE KEY-----", "PRIVATE KEY",
+		"token=", "password='", "[... ", "[REDACTED", "ghp_",
+	} {
+		in := strings.Repeat(unit, (1<<20)/len(unit))
+		start := time.Now()
+		out, _ := bgjob.Redactor{}.Redact(in)
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("Redact(1 MiB of %q) took %v; want well under a second", unit, d)
+		}
+		if strings.Count(out, "\n") != strings.Count(in, "\n") {
+			t.Errorf("Redact(1 MiB of %q): line breaks changed", unit)
+		}
+	}
+}
