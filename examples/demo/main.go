@@ -29,7 +29,7 @@ func run() error {
 	r, err := bgjob.New(bgjob.Config{
 		ProgressInterval: 250 * time.Millisecond,
 		KillGrace:        500 * time.Millisecond,
-		Admitter:         demoAdmitter(),
+		Admitter:         bgjob.Redactor{}, // masks common secrets in all output
 	})
 	if err != nil {
 		return err
@@ -129,7 +129,7 @@ func run() error {
 	}
 
 	section("7. Output passes the output policy before anyone sees it")
-	res, _ = r.RunForeground(ctx, bgjob.Spec{Command: `echo "deploying with AWS key AKIAIOSFODNN7EXAMPLE"; echo done`}, bgjob.Foreground{})
+	res, _ = r.RunForeground(ctx, bgjob.Spec{Command: `echo "deploying with AWS key AKIAIOSFODNN7EXAMPLE"; echo "curl -H 'Authorization: Bearer abc123def456'"; echo done`}, bgjob.Foreground{})
 	say("%q (notice: %q)", res.Output.Text, res.Output.Notice)
 
 	section("8. Completions of the session's pollable jobs")
@@ -137,17 +137,6 @@ func run() error {
 		say("%s %-9s exit %3d  %s", c.ID, c.State, c.ExitCode, c.Command)
 	}
 	return nil
-}
-
-// demoAdmitter masks AWS access key IDs. (bgjob ships a fuller Redactor.)
-func demoAdmitter() bgjob.Admitter {
-	return bgjob.AdmitterFunc(func(_ context.Context, req bgjob.AdmitRequest) (bgjob.Admitted, error) {
-		i := strings.Index(req.Text, "AKIA")
-		if i < 0 || len(req.Text) < i+20 {
-			return bgjob.Admitted{Text: req.Text}, nil
-		}
-		return bgjob.Admitted{Text: req.Text[:i] + "[REDACTED:aws-key]" + req.Text[i+20:], Notice: "redacted 1 secret"}, nil
-	})
 }
 
 // waitFor waits until the job's output holds sub.
