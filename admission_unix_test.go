@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -410,4 +411,61 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// A secret whose line straddles the head/tail boundary or a Read chunk's
+// edge is never shown in pieces that the Redactor cannot recognise.
+func TestRedactorSecretsAcrossBoundaries(t *testing.T) {
+	const key = "AKIAQWERTYUIOPASDFGH"
+	halves := []string{key[:10], key[10:]}
+	noHalf := func(where, s string) {
+		t.Helper()
+		for _, h := range halves {
+			if strings.Contains(s, h) {
+				t.Errorf("%s holds %q, half of the key: %q", where, h, s)
+			}
+		}
+	}
+	r := newRegistry(t, bgjob.Config{Admitter: bgjob.Redactor{}, HeadBytes: 64, TailBytes: 256})
+	// Line 2 crosses byte 64, the head's end; the last key line crosses
+	// the tail's start (256 bytes before the end).
+	tailLine := "key " + key + "\n"
+	filler := strings.Repeat("y", 256-len(tailLine)/2-1)
+	cmd := fmt.Sprintf("printf '%%s\\n' %s 'id %s here'; for i in $(seq 50); do echo filler-line-$i; done; printf 'key %s\\n%s\\n'",
+		strings.Repeat("x", 50), key, key, filler)
+	s, err := r.Start(ctxT(t), bgjob.Spec{Command: cmd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = wait(t, r, s.ID)
+	if s.Output.Omitted == 0 {
+		t.Fatalf("nothing omitted: %q", s.Output.Text)
+	}
+	noHalf("Text", s.Output.Text)
+	for off := int64(0); ; {
+		c, err := r.Read(s.ID, off, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		noHalf(fmt.Sprintf("Read(%d)", off), c.Data)
+		if c.Done {
+			break
+		}
+		off = c.Next
+	}
+
+	// While running: a chunk edge inside the key's line.
+	s, err = r.Start(ctxT(t), bgjob.Spec{Command: "echo 'deploy " + key + " now'; sleep 300"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitOutput(t, r, s.ID, "[REDACTED:aws-key]", 1)
+	c, err := r.Read(s.ID, 0, 12) // 12 bytes end inside the key
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Data != "deploy [REDACTED:aws-key] now\n" {
+		t.Errorf("Read(0, 12) = %q; want the whole line, redacted", c.Data)
+	}
+	noHalf("running Read", c.Data)
 }

@@ -1,6 +1,7 @@
 package bgjob
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -627,10 +628,10 @@ func (r *Registry) snapshot(j *job) Snapshot {
 // Without an Admitter, Data is exactly the stream's bytes [Offset, Next).
 // With one, Data is the admitted form of those bytes, so its length may
 // differ from Next-Offset while the offsets stay those of the raw stream,
-// and Read serves whole lines where it can (a chunk ends after a
-// newline; a running job's incomplete last line waits until it is
-// complete, unless it alone is max bytes or longer), so that no secret
-// is split between two chunks. After the job ends, Data comes from the
+// and Read serves whole lines, so that no secret is split between two
+// chunks: a chunk ends after a newline, running up to 4 KiB past max to
+// finish a line, and a running job's incomplete last line waits until it
+// is complete (only a line longer than max plus 4 KiB is cut). After the job ends, Data comes from the
 // final admitted text: byte for byte where the Admitter kept the length,
 // line for line where it kept the number of lines, and otherwise as the
 // whole of the head or the tail, served only from its start.
@@ -672,19 +673,26 @@ func (r *Registry) Read(id ID, offset int64, max int) (Chunk, error) {
 		end = headEnd
 	}
 	to := min(c.Offset+int64(max), end)
-	data := b.appendRange(nil, c.Offset, to)
-	total := b.total
-	j.mu.Unlock()
-
 	if r.cfg.Admitter == nil {
-		c.Data, c.Next = string(data), to
+		c.Data, c.Next = string(b.appendRange(nil, c.Offset, to)), to
+		j.mu.Unlock()
 		return c, nil
 	}
-	// Whole lines only, so that the Admitter never sees half a secret.
-	if i := lastNewline(data); i >= 0 {
+	// Whole lines only, so that the Admitter never sees half a secret: a
+	// chunk ends after its last newline, or runs on to finish its only
+	// line (up to lineSlack bytes past max).
+	data := b.appendRange(nil, c.Offset, min(to+lineSlack, end))
+	total := b.total
+	j.mu.Unlock()
+	n := int(to - c.Offset)
+	if i := bytes.LastIndexByte(data[:n], '\n'); i >= 0 {
 		data = data[:i+1]
-	} else if to == total && len(data) < max {
-		data = nil // an incomplete last line: wait for the rest of it
+	} else if i := bytes.IndexByte(data[n:], '\n'); i >= 0 {
+		data = data[:n+i+1]
+	} else if c.Offset+int64(len(data)) == total && len(data) < max+lineSlack {
+		data = nil // a running job's incomplete last line: wait for the rest
+	} else {
+		data = data[:n] // a line too long to serve whole
 	}
 	c.Next = c.Offset + int64(len(data))
 	if len(data) > 0 {
@@ -693,15 +701,6 @@ func (r *Registry) Read(id ID, offset int64, max int) (Chunk, error) {
 		c.Data = a.Text
 	}
 	return c, nil
-}
-
-func lastNewline(p []byte) int {
-	for i := len(p) - 1; i >= 0; i-- {
-		if p[i] == '\n' {
-			return i
-		}
-	}
-	return -1
 }
 
 func pastEnd(offset, total int64) error {
