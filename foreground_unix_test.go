@@ -320,3 +320,54 @@ func TestUnreadPollableResultIsNeverEvicted(t *testing.T) {
 		t.Errorf("%d retained with every limit at zero; want only the newest", n)
 	}
 }
+
+func TestCompletionsDeliveredOnceUnderConcurrentDrains(t *testing.T) {
+	r := newRegistry(t, bgjob.Config{Retention: bgjob.Retention{MaxJobs: 100}})
+	const jobs = 30
+	var ids []bgjob.ID
+	for i := range jobs {
+		s, err := r.Start(ctxT(t), bgjob.Spec{Command: fmt.Sprintf("exit %d", i%4), Session: "s"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, s.ID)
+	}
+	var mu sync.Mutex
+	seen := map[bgjob.ID]int{}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for _, c := range r.Completions("s") {
+					mu.Lock()
+					seen[c.ID]++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for _, id := range ids {
+		wait(t, r, id)
+	}
+	close(stop)
+	wg.Wait()
+	for _, c := range r.Completions("s") {
+		seen[c.ID]++
+	}
+	if len(seen) != jobs {
+		t.Errorf("%d jobs' completions delivered; want %d", len(seen), jobs)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("%s delivered %d times; want once", id, n)
+		}
+	}
+}
