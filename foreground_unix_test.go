@@ -326,7 +326,7 @@ func TestCompletionsDeliveredOnceUnderConcurrentDrains(t *testing.T) {
 	const jobs = 30
 	var ids []bgjob.ID
 	for i := range jobs {
-		s, err := r.Start(ctxT(t), bgjob.Spec{Command: fmt.Sprintf("exit %d", i%4), Session: "s"})
+		s, err := r.Start(ctxT(t), bgjob.Spec{Command: fmt.Sprintf("exit %d # job %d", i%4, i), Session: "s"})
 		if err != nil {
 			t.Fatal(err)
 		}
