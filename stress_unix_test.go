@@ -1,0 +1,973 @@
+//go:build unix
+
+package bgjob_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bgjob/bgjob"
+	"go.uber.org/goleak"
+)
+
+// TestStress runs 16 goroutines that, for BGJOB_STRESS_DURATION (15s by
+// default, 3s with -short), mix every method of the registry over a few
+// hundred job specs whose exit codes and output sizes follow from the
+// spec: jobs that exit with various codes, kill themselves, fail to spawn
+// (a second registry with a missing shell; a Dir removed by the Guard
+// between validation and spawn), time out (wall and idle), print
+// megabytes, leave grandchildren (some ignoring SIGTERM) or ignore SIGTERM
+// themselves. Then it closes both registries while the goroutines still
+// run and checks, over every execution: the state, exit code and byte
+// count its Telemetry event reports; one Completion per pollable run,
+// delivered exactly once by Completions and once to OnComplete; and no
+// leak of goroutines, file descriptors, live processes or zombies.
+//
+//	BGJOB_STRESS_DURATION=11m nice -n 10 go test -race -run '^TestStress$' -timeout 30m .
+func TestStress(t *testing.T) {
+	dur := 15 * time.Second
+	if testing.Short() {
+		dur = 3 * time.Second
+	}
+	if v := os.Getenv("BGJOB_STRESS_DURATION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("BGJOB_STRESS_DURATION: %v", err)
+		}
+		dur = d
+	}
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("BGJOB_STRESS_SEED"); v != "" {
+		seed, _ = strconv.ParseUint(v, 10, 64)
+	}
+	t.Logf("seed %d (set BGJOB_STRESS_SEED to repeat the pool), duration %v", seed, dur)
+
+	// Warm up what the runtime opens once (the poller), so that the file
+	// descriptors counted before are those counted after.
+	stressWarmUp(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	fdsBefore := stressFDs()
+	zombiesBefore := stressZombies()
+
+	st := newStress(t, seed)
+	st.run(dur)
+	st.verify()
+
+	if runtime.GOOS == "linux" {
+		fdsAfter := stressFDs()
+		if len(fdsAfter) != len(fdsBefore) {
+			t.Errorf("open file descriptors: %d before, %d after; want equal\nbefore %v\nafter  %v", len(fdsBefore), len(fdsAfter), fdsBefore, fdsAfter)
+		}
+		for pid := range stressZombies() {
+			if !zombiesBefore[pid] {
+				t.Errorf("zombie child %d of the test process; want none", pid)
+			}
+		}
+	}
+}
+
+const (
+	stressWorkers = 16
+	stressHead    = 16 << 10
+	stressTail    = 64 << 10
+)
+
+var stressSessions = []string{"", "alpha", "beta", "gamma"}
+
+// stressKind is what a job does; its expected end follows from it.
+type stressKind int
+
+const (
+	kindExit          stressKind = iota // prints, exits with code
+	kindSlow                            // sleeps a little, prints, exits with code
+	kindSelfKill                        // prints, SIGKILLs its shell: 137
+	kindSelfTerm                        // prints, SIGTERMs its shell: 143
+	kindGrandchildren                   // leaves two sleeping children holding the pipe, exits with code
+	kindStubbornChild                   // leaves a child that ignores SIGTERM, exits with code
+	kindStdin                           // copies its stdin, exits with code
+	kindTimeout                         // prints, sleeps past a short wall timeout
+	kindIdle                            // prints, falls silent past a short idle timeout
+	kindIgnoreTerm                      // ignores SIGTERM, sleeps past a short timeout
+	kindLong                            // prints, sleeps up to a few seconds: a target for Cancel
+	kindBadShell                        // run by the registry whose shell is missing
+	kindDirGone                         // its Dir is removed by the Guard before the spawn
+	numKinds
+)
+
+var kindNames = [numKinds]string{"exit", "slow", "self-kill", "self-term", "grandchildren",
+	"stubborn-child", "stdin", "timeout", "idle", "ignore-term", "long", "bad-shell", "dir-gone"}
+
+// kindWeights sets how often each kind is picked (per mille of the pool).
+var kindWeights = [numKinds]int{200, 80, 50, 40, 60, 30, 60, 60, 50, 40, 120, 60, 0}
+
+// stressSpec is a job spec with its expected outcome. Its output is
+// word+"\n" repeated and cut at n bytes, so every byte at every offset is
+// known.
+type stressSpec struct {
+	kind stressKind
+	spec bgjob.Spec
+	word string
+	n    int64
+	code int // the exit code if it exits on its own
+}
+
+func (ss *stressSpec) byteAt(off int64) byte {
+	if i := off % int64(len(ss.word)+1); i < int64(len(ss.word)) {
+		return ss.word[i]
+	}
+	return '\n'
+}
+
+func (ss *stressSpec) pattern(n int64) string {
+	line := ss.word + "\n"
+	return strings.Repeat(line, int(n)/len(line)+1)[:n]
+}
+
+func (ss *stressSpec) exitsOnItsOwn() bool { return ss.kind <= kindStdin }
+func (ss *stressSpec) canTimeOut() bool    { return ss.kind >= kindTimeout && ss.kind <= kindLong }
+func (ss *stressSpec) failsToSpawn() bool  { return ss.kind >= kindBadShell }
+
+// check returns what is wrong with how a run of ss ended, or "".
+func (ss *stressSpec) check(state bgjob.State, code int, total int64) string {
+	var want string
+	switch {
+	case state == bgjob.Cancelled: // any job may be cancelled, even before its spawn
+		if code != 130 || total > ss.n {
+			want = fmt.Sprintf("exit 130, at most %d bytes", ss.n)
+		}
+	case state == bgjob.Exited && ss.exitsOnItsOwn():
+		if code != ss.code || total != ss.n {
+			want = fmt.Sprintf("exit %d, %d bytes", ss.code, ss.n)
+		}
+	case state == bgjob.TimedOut && ss.canTimeOut():
+		if code != 124 || total > ss.n {
+			want = fmt.Sprintf("exit 124, at most %d bytes", ss.n)
+		}
+	case state == bgjob.Failed && ss.failsToSpawn():
+		if code != -1 || total != 0 {
+			want = "exit -1, 0 bytes"
+		}
+	default:
+		want = "a state this kind of job can end in"
+	}
+	if want == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s job %q: got %v exit %d, %d bytes; want %s", kindNames[ss.kind], ss.spec.Command, state, code, total, want)
+}
+
+// stressPool makes the specs the goroutines pick from: distinct, a few
+// hundred, drawn from rng.
+func stressPool(rng *rand.Rand) []*stressSpec {
+	sizes := []int64{0, 1, 17, 4095, 4096, 20_000, 70_000, 80 << 10, 300_000}
+	big := []int64{1 << 20, 2<<20 + 5, 3 << 20}
+	codes := []int{0, 0, 0, 1, 2, 3, 42, 125, 255}
+	var pool []*stressSpec
+	seen := map[string]bool{}
+	total := 0
+	for _, w := range kindWeights {
+		total += w
+	}
+	for len(pool) < 300 {
+		var kind stressKind
+		for p, k := rng.IntN(total), 0; ; k++ {
+			if p -= kindWeights[k]; p < 0 {
+				kind = stressKind(k)
+				break
+			}
+		}
+		ss := &stressSpec{kind: kind, code: codes[rng.IntN(len(codes))]}
+		ss.word = fmt.Sprintf("w%d%s", len(pool), strings.Repeat("x", rng.IntN(40)))
+		ss.n = sizes[rng.IntN(len(sizes))]
+		if rng.IntN(20) == 0 {
+			ss.n = big[rng.IntN(len(big))]
+		}
+		print := fmt.Sprintf("yes %s | head -c %d", ss.word, ss.n)
+		ms := func(lo, hi int) time.Duration { return time.Duration(lo+rng.IntN(hi-lo)) * time.Millisecond }
+		sp := &ss.spec
+		switch kind {
+		case kindExit, kindBadShell:
+			sp.Command = fmt.Sprintf("%s; exit %d", print, ss.code)
+		case kindSlow:
+			sp.Command = fmt.Sprintf("sleep 0.%02d; %s; exit %d", 1+rng.IntN(20), print, ss.code)
+		case kindSelfKill:
+			sp.Command, ss.code = print+"; kill -KILL $$", 137
+		case kindSelfTerm:
+			sp.Command, ss.code = print+"; kill -TERM $$", 143
+		case kindGrandchildren:
+			sp.Command = fmt.Sprintf("sleep 300 & sleep 300 & %s; exit %d", print, ss.code)
+		case kindStubbornChild:
+			sp.Command = fmt.Sprintf("(trap '' TERM; sleep 300) & %s; exit %d", print, ss.code)
+		case kindStdin:
+			ss.n = min(ss.n, 300_000)
+			sp.Command, sp.Stdin = fmt.Sprintf("cat; exit %d", ss.code), ss.pattern(ss.n)
+		case kindTimeout:
+			sp.Command, sp.Timeout = print+"; sleep 300", ms(100, 400)
+		case kindIdle:
+			sp.Command, sp.IdleTimeout = print+"; sleep 300", ms(100, 300)
+		case kindIgnoreTerm:
+			sp.Command, sp.Timeout = "trap '' TERM; "+print+"; sleep 300", ms(100, 300)
+		case kindLong:
+			sp.Command, sp.Timeout = print+"; sleep 300", ms(1500, 4000)
+		}
+		sp.Session = stressSessions[rng.IntN(len(stressSessions))]
+		if rng.IntN(4) == 0 {
+			sp.Env = map[string]string{"STRESS_VAR": ss.word}
+		}
+		key := fmt.Sprintf("%d|%q|%q|%v|%v|%q", kind, sp.Command, sp.Session, sp.Timeout, sp.IdleTimeout, sp.Env)
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		pool = append(pool, ss)
+	}
+	return pool
+}
+
+// stressRec records one registry's Telemetry events and OnComplete calls,
+// and the completions drained from it.
+type stressRec struct {
+	mu        sync.Mutex
+	started   map[bgjob.ID]int
+	finished  []bgjob.Event
+	completed map[compKey]int // by OnComplete
+	drained   map[compKey]int // by Completions
+}
+
+// compKey names one run's completion: the ID and the end time.
+type compKey struct {
+	id    bgjob.ID
+	ended int64
+}
+
+func newStressRec() *stressRec {
+	return &stressRec{started: map[bgjob.ID]int{}, completed: map[compKey]int{}, drained: map[compKey]int{}}
+}
+
+func (r *stressRec) JobStarted(e bgjob.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.started[e.ID]++
+}
+
+func (r *stressRec) JobFinished(e bgjob.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.finished = append(r.finished, e)
+}
+
+func (r *stressRec) onComplete(c bgjob.Completion) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.completed[compKey{c.ID, c.Ended.UnixNano()}]++
+}
+
+func (r *stressRec) drain(cs []bgjob.Completion) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range cs {
+		r.drained[compKey{c.ID, c.Ended.UnixNano()}]++
+	}
+}
+
+// stressReg is one registry under stress and what was launched on it.
+type stressReg struct {
+	name     string
+	r        *bgjob.Registry
+	rec      *stressRec
+	launches atomic.Int64 // launches that started a new run (not joins)
+}
+
+type stress struct {
+	t       *testing.T
+	pool    []*stressSpec
+	main    *stressReg
+	bad     *stressReg // its shell does not exist
+	dir     string     // Config.Dir of main; doomed dirs live under it
+	seed    uint64
+	closing atomic.Bool
+
+	mu     sync.Mutex
+	ids    map[bgjob.ID]*stressSpec
+	regs   map[bgjob.ID]*stressReg
+	list   []bgjob.ID
+	pids   map[int]bool
+	listed map[bgjob.ID]bool // listed before their launch returned
+
+	failures atomic.Int64
+	n        struct {
+		joins, tooMany, closedErrs, inline, detached, progress          atomic.Int64
+		status, notFound, reads, readBytes, readInvalid, waits, waitOut atomic.Int64
+		cancels, lists, drains, readmits, walks, admits, doomed         atomic.Int64
+		ctxErrs                                                         atomic.Int64
+	}
+}
+
+func newStress(t *testing.T, seed uint64) *stress {
+	st := &stress{
+		t: t, seed: seed, dir: t.TempDir(),
+		pool: stressPool(rand.New(rand.NewPCG(seed, 1))),
+		ids:  map[bgjob.ID]*stressSpec{}, regs: map[bgjob.ID]*stressReg{}, pids: map[int]bool{},
+		listed: map[bgjob.ID]bool{},
+	}
+	st.main = &stressReg{name: "main", rec: newStressRec()}
+	st.bad = &stressReg{name: "bad-shell", rec: newStressRec()}
+	var err error
+	st.main.r, err = bgjob.New(bgjob.Config{
+		Dir:              st.dir,
+		MaxRunning:       128,
+		KillGrace:        300 * time.Millisecond,
+		DefaultTimeout:   time.Minute,
+		HeadBytes:        stressHead,
+		TailBytes:        stressTail,
+		Retention:        bgjob.Retention{MaxJobs: 48, MaxBytes: 2 << 20, TTL: 20 * time.Second},
+		ProgressInterval: 30 * time.Millisecond,
+		Telemetry:        st.main.rec,
+		OnComplete:       st.main.rec.onComplete,
+		// An Admitter that keeps the text as it is, so the bytes stay
+		// checkable while every path passes through admission.
+		Admitter: bgjob.AdmitterFunc(func(_ context.Context, req bgjob.AdmitRequest) (bgjob.Admitted, error) {
+			st.n.admits.Add(1)
+			return bgjob.Admitted{Text: req.Text}, nil
+		}),
+		// The Guard removes a doomed Dir after validation, so the spawn
+		// finds it gone.
+		Guard: func(_ context.Context, s bgjob.Spec) error {
+			if strings.HasPrefix(filepath.Base(s.Dir), "doomed-") {
+				return os.RemoveAll(s.Dir)
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.bad.r, err = bgjob.New(bgjob.Config{
+		Shell:      []string{"/no/such/shell", "-c"},
+		MaxRunning: 128,
+		Telemetry:  st.bad.rec,
+		OnComplete: st.bad.rec.onComplete,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func (st *stress) fail(format string, args ...any) {
+	st.t.Helper()
+	if st.failures.Add(1) <= 30 {
+		st.t.Errorf(format, args...)
+	}
+}
+
+// pick returns a spec to launch and the registry to launch it on.
+func (st *stress) pick(rng *rand.Rand) (*stressSpec, *stressReg) {
+	if rng.IntN(25) == 0 {
+		// A fresh directory that the Guard will remove.
+		d, err := os.MkdirTemp(st.dir, "doomed-")
+		if err != nil {
+			st.fail("MkdirTemp: %v", err)
+			return st.pool[0], st.main
+		}
+		st.n.doomed.Add(1)
+		ss := &stressSpec{kind: kindDirGone, word: "gone", code: 0}
+		ss.spec = bgjob.Spec{Command: "exit 0", Dir: d, Session: stressSessions[rng.IntN(len(stressSessions))]}
+		return ss, st.main
+	}
+	ss := st.pool[rng.IntN(len(st.pool))]
+	if ss.kind == kindBadShell {
+		return ss, st.bad
+	}
+	return ss, st.main
+}
+
+// record notes a launch's result: the ID's spec (an ID never names two
+// different specs), its registry and its PID.
+func (st *stress) record(reg *stressReg, ss *stressSpec, s bgjob.Snapshot) {
+	st.mu.Lock()
+	prev, ok := st.ids[s.ID]
+	if !ok {
+		st.ids[s.ID] = ss
+		st.regs[s.ID] = reg
+		st.list = append(st.list, s.ID)
+	}
+	if s.PID > 0 {
+		st.pids[s.PID] = true
+	}
+	st.mu.Unlock()
+	if ok && prev != ss {
+		st.fail("ID %s names two specs: %q and %q", s.ID, prev.spec.Command, ss.spec.Command)
+	}
+	if !s.Joined {
+		reg.launches.Add(1)
+	} else {
+		st.n.joins.Add(1)
+	}
+}
+
+// randomID returns a known ID, recent ones more often, so that running
+// jobs are polled too.
+func (st *stress) randomID(rng *rand.Rand) (bgjob.ID, *stressSpec, *stressReg, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.list) == 0 {
+		return "", nil, nil, false
+	}
+	i := rng.IntN(len(st.list))
+	if rng.IntN(10) < 7 {
+		i = len(st.list) - 1 - rng.IntN(min(len(st.list), 100))
+	}
+	id := st.list[i]
+	return id, st.ids[id], st.regs[id], true
+}
+
+func (st *stress) spec(id bgjob.ID) *stressSpec {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.ids[id]
+}
+
+// launchErr checks an error of Start or RunForeground.
+func (st *stress) launchErr(op string, err error) {
+	switch {
+	case errors.Is(err, bgjob.ErrTooManyRunning):
+		st.n.tooMany.Add(1)
+	case errors.Is(err, bgjob.ErrClosed) && st.closing.Load():
+		st.n.closedErrs.Add(1)
+	case op == "RunForeground" && errors.Is(err, context.DeadlineExceeded):
+		// Its short ctx ended before the launch.
+		st.n.ctxErrs.Add(1)
+	default:
+		st.fail("%s: %v", op, err)
+	}
+}
+
+// checkSnap checks a snapshot of a job of spec ss.
+func (st *stress) checkSnap(op string, ss *stressSpec, s bgjob.Snapshot) {
+	if ss == nil {
+		st.fail("%s: snapshot of unknown job %s", op, s.ID)
+		return
+	}
+	if !s.State.Done() {
+		if s.State != bgjob.Running || s.ExitCode != -1 || !s.Ended.IsZero() || s.Output.Total > ss.n {
+			st.fail("%s: running %s job %s: state %v exit %d ended %v total %d (of %d)", op, kindNames[ss.kind], s.ID, s.State, s.ExitCode, s.Ended, s.Output.Total, ss.n)
+		}
+		return
+	}
+	if msg := ss.check(s.State, s.ExitCode, s.Output.Total); msg != "" {
+		st.fail("%s %s: %s", op, s.ID, msg)
+	}
+	if s.Ended.IsZero() || s.Ended.Before(s.Started) {
+		st.fail("%s %s: ended %v, started %v", op, s.ID, s.Ended, s.Started)
+	}
+	o := s.Output
+	switch {
+	case o.Withheld:
+		st.fail("%s %s: output withheld (%s)", op, s.ID, o.Notice)
+	case o.Omitted == 0:
+		if o.Text != ss.pattern(o.Total) {
+			st.fail("%s %s: text of %d bytes is not the job's output", op, s.ID, len(o.Text))
+		}
+	default:
+		if o.Total-o.Omitted > stressHead+stressTail || len(o.Text) > stressHead+stressTail+200 || !strings.Contains(o.Notice, "truncated") {
+			st.fail("%s %s: total %d omitted %d text %d notice %q", op, s.ID, o.Total, o.Omitted, len(o.Text), o.Notice)
+		}
+	}
+	if (ss.kind == kindGrandchildren || ss.kind == kindStubbornChild) && s.State == bgjob.Exited && !strings.Contains(o.Notice, "leftover") {
+		st.fail("%s %s: no notice of the leftover processes: %q", op, s.ID, o.Notice)
+	}
+}
+
+// checkChunk checks that a chunk holds the job's bytes at its offsets.
+func (st *stress) checkChunk(ss *stressSpec, id bgjob.ID, off int64, c bgjob.Chunk) {
+	if c.Offset != off+c.Skipped || c.Next < c.Offset || int64(len(c.Data)) != c.Next-c.Offset {
+		st.fail("Read(%s, %d): offset %d skipped %d next %d, %d bytes", id, off, c.Offset, c.Skipped, c.Next, len(c.Data))
+		return
+	}
+	for i := 0; i < len(c.Data); i++ {
+		if c.Data[i] != ss.byteAt(c.Offset+int64(i)) {
+			st.fail("Read(%s, %d): byte at %d is %q; want %q", id, off, c.Offset+int64(i), c.Data[i], ss.byteAt(c.Offset+int64(i)))
+			return
+		}
+	}
+	st.n.readBytes.Add(int64(len(c.Data)))
+}
+
+// walk reads a job's whole stream by offset, checking every byte served.
+// Another goroutine may re-run the ID meanwhile: the bytes are the same.
+func (st *stress) walk(reg *stressReg, ss *stressSpec, id bgjob.ID) {
+	st.n.walks.Add(1)
+	for off, i := int64(0), 0; i < 1000; i++ {
+		c, err := reg.r.Read(id, off, 1+rand.IntN(200_000))
+		if err != nil {
+			if !errors.Is(err, bgjob.ErrNotFound) && !errors.Is(err, bgjob.ErrInvalidArgument) {
+				st.fail("walk Read(%s, %d): %v", id, off, err)
+			}
+			return
+		}
+		st.checkChunk(ss, id, off, c)
+		if c.Done || c.Next == off {
+			return
+		}
+		off = c.Next
+	}
+}
+
+func (st *stress) worker(rng *rand.Rand, stop *atomic.Bool) {
+	ctx := context.Background()
+	for !stop.Load() {
+		switch p := rng.IntN(100); {
+		case p < 22: // Start, sometimes waiting for the end
+			ss, reg := st.pick(rng)
+			spec := ss.spec
+			spec.Unique = rng.IntN(5) == 0
+			s, err := reg.r.Start(ctx, spec)
+			if err != nil {
+				st.launchErr("Start", err)
+				continue
+			}
+			st.record(reg, ss, s)
+			st.checkSnap("Start", ss, s)
+			if rng.IntN(3) == 0 {
+				wctx, cancel := context.WithTimeout(ctx, deadline)
+				s, err := reg.r.Wait(wctx, s.ID)
+				cancel()
+				if err == nil {
+					st.checkSnap("Wait", ss, s)
+				} else if !errors.Is(err, bgjob.ErrNotFound) {
+					st.fail("Wait after Start: %v", err)
+				}
+			}
+		case p < 36: // RunForeground: inline, detached at the soft cap, or by ctx
+			ss, reg := st.pick(rng)
+			spec := ss.spec
+			spec.Unique = rng.IntN(5) == 0
+			fg := bgjob.Foreground{SoftCap: time.Duration(1+rng.IntN(500)) * time.Millisecond}
+			if rng.IntN(3) == 0 {
+				fg.OnProgress = func(time.Duration) { st.n.progress.Add(1) }
+			}
+			fctx, cancel := context.WithTimeout(ctx, time.Duration(1+rng.IntN(1000))*time.Millisecond)
+			res, err := reg.r.RunForeground(fctx, spec, fg)
+			cancel()
+			if err != nil {
+				st.launchErr("RunForeground", err)
+				continue
+			}
+			st.record(reg, ss, res.Snapshot)
+			if res.Detached {
+				st.n.detached.Add(1)
+				if res.State != bgjob.Running {
+					st.fail("RunForeground detached with state %v", res.State)
+				}
+			} else {
+				st.n.inline.Add(1)
+				if !res.State.Done() {
+					st.fail("RunForeground returned a running job without Detached")
+				}
+			}
+			st.checkSnap("RunForeground", ss, res.Snapshot)
+		case p < 50:
+			id, ss, reg, ok := st.randomID(rng)
+			if !ok {
+				continue
+			}
+			st.n.status.Add(1)
+			s, err := reg.r.Status(id)
+			if err != nil {
+				st.notFound("Status", err)
+				continue
+			}
+			st.checkSnap("Status", ss, s)
+		case p < 60:
+			id, ss, reg, ok := st.randomID(rng)
+			if !ok {
+				continue
+			}
+			st.n.reads.Add(1)
+			off := rng.Int64N(ss.n + 2)
+			c, err := reg.r.Read(id, off, 1+rng.IntN(100_000))
+			switch {
+			case errors.Is(err, bgjob.ErrInvalidArgument): // past the end of the stream so far
+				st.n.readInvalid.Add(1)
+			case err != nil:
+				st.notFound("Read", err)
+			default:
+				st.checkChunk(ss, id, off, c)
+			}
+		case p < 70:
+			id, ss, reg, ok := st.randomID(rng)
+			if !ok {
+				continue
+			}
+			st.n.waits.Add(1)
+			wctx, cancel := context.WithTimeout(ctx, time.Duration(rng.IntN(300))*time.Millisecond)
+			s, err := reg.r.Wait(wctx, id)
+			cancel()
+			switch {
+			case errors.Is(err, context.DeadlineExceeded):
+				st.n.waitOut.Add(1)
+			case err != nil:
+				st.notFound("Wait", err)
+			default:
+				st.checkSnap("Wait", ss, s)
+				if rng.IntN(4) == 0 {
+					st.walk(reg, ss, id)
+				}
+			}
+		case p < 77:
+			id, ss, reg, ok := st.randomID(rng)
+			if !ok {
+				continue
+			}
+			st.n.cancels.Add(1)
+			s, err := reg.r.Cancel(id)
+			if err != nil {
+				st.notFound("Cancel", err)
+				continue
+			}
+			if !s.State.Done() {
+				st.fail("Cancel returned state %v", s.State)
+			}
+			st.checkSnap("Cancel", ss, s)
+		case p < 83:
+			st.n.lists.Add(1)
+			session := stressSessions[rng.IntN(len(stressSessions))]
+			reg := st.main
+			if rng.IntN(4) == 0 {
+				reg = st.bad
+			}
+			for _, s := range reg.r.List(session) {
+				if s.Session != session {
+					st.fail("List(%q) gave a job of session %q", session, s.Session)
+				}
+				ss := st.spec(s.ID)
+				if ss == nil {
+					// Its Start has not returned yet: check at the end
+					// that it does.
+					st.mu.Lock()
+					st.listed[s.ID] = true
+					st.mu.Unlock()
+					continue
+				}
+				st.checkSnap("List", ss, s)
+			}
+		case p < 93:
+			st.n.drains.Add(1)
+			session := stressSessions[rng.IntN(len(stressSessions))]
+			reg := st.main
+			if rng.IntN(4) == 0 {
+				reg = st.bad
+			}
+			cs := reg.r.Completions(session)
+			for _, c := range cs {
+				if c.Session != session {
+					st.fail("Completions(%q) gave one of session %q", session, c.Session)
+				}
+			}
+			reg.rec.drain(cs)
+		case p < 95:
+			st.n.readmits.Add(1)
+			rctx, cancel := context.WithTimeout(ctx, time.Second)
+			err := st.main.r.Readmit(rctx)
+			cancel()
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) && !(errors.Is(err, bgjob.ErrClosed) && st.closing.Load()) {
+				st.fail("Readmit: %v", err)
+			}
+		default:
+			if n := st.main.r.Running(); n < 0 || n > 128 {
+				st.fail("Running() = %d; want 0..128", n)
+			}
+		}
+	}
+}
+
+func (st *stress) notFound(op string, err error) {
+	if errors.Is(err, bgjob.ErrNotFound) {
+		st.n.notFound.Add(1)
+		return
+	}
+	st.fail("%s: %v", op, err)
+}
+
+// run runs the workers for dur, then closes both registries while they
+// still run, and waits for them.
+func (st *stress) run(dur time.Duration) {
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	begin := time.Now()
+	for i := range stressWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st.worker(rand.New(rand.NewPCG(st.seed, uint64(i)+100)), &stop)
+		}()
+	}
+	timer := time.NewTimer(dur)
+	<-timer.C
+	st.closing.Store(true)
+	runningAtClose := st.main.r.Running()
+	closeBegin := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var cerr [2]error
+	var cwg sync.WaitGroup
+	for i, reg := range []*stressReg{st.main, st.bad} {
+		cwg.Add(1)
+		go func() {
+			defer cwg.Done()
+			cerr[i] = reg.r.Close(ctx)
+		}()
+	}
+	cwg.Wait()
+	closeTook := time.Since(closeBegin)
+	stop.Store(true)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		buf := make([]byte, 1<<20)
+		st.t.Fatalf("workers still busy 2m after Close:\n%s", buf[:runtime.Stack(buf, true)])
+	}
+	for i, err := range cerr {
+		if err != nil {
+			st.t.Errorf("Close of registry %d: %v", i, err)
+		}
+	}
+	// Close is bounded by KillGrace and the drain for each job, run in
+	// parallel; a minute means a hang.
+	if closeTook > time.Minute {
+		st.t.Errorf("Close took %v; want about the kill grace", closeTook)
+	}
+	st.t.Logf("ran %v; Close with %d jobs running took %v", time.Since(begin).Round(time.Millisecond), runningAtClose, closeTook.Round(time.Millisecond))
+}
+
+// verify checks every execution's telemetry, completions and processes
+// once both registries are closed.
+func (st *stress) verify() {
+	t := st.t
+	var states [5]int
+	var kinds [numKinds]int
+	var faults, processes, leftovers int
+	var bytesTotal int64
+	for _, reg := range []*stressReg{st.main, st.bad} {
+		if n := reg.r.Running(); n != 0 {
+			t.Errorf("%s: Running() = %d after Close; want 0", reg.name, n)
+		}
+		for _, s := range stressSessions {
+			reg.rec.drain(reg.r.Completions(s))
+		}
+		rec := reg.rec
+		rec.mu.Lock()
+		if got, want := int64(len(rec.finished)), reg.launches.Load(); got != want {
+			t.Errorf("%s: %d JobFinished events; want one per launch (%d)", reg.name, got, want)
+		}
+		bg := map[bgjob.ID]int{}
+		fin := map[bgjob.ID]int{}
+		for _, e := range rec.finished {
+			fin[e.ID]++
+			ss := st.spec(e.ID)
+			if ss == nil {
+				st.fail("%s: event of unknown job %s", reg.name, e.ID)
+				continue
+			}
+			if msg := ss.check(e.State, e.ExitCode, e.Bytes); msg != "" {
+				st.fail("%s: JobFinished %s: %s", reg.name, e.ID, msg)
+			}
+			if want := stressCategory(e.State, e.ExitCode); e.Category != want {
+				st.fail("%s: JobFinished %s: category %v; want %v", reg.name, e.ID, e.Category, want)
+			}
+			if e.Background {
+				bg[e.ID]++
+			}
+			if int(e.State) < len(states) {
+				states[e.State]++
+			}
+			kinds[ss.kind]++
+			bytesTotal += e.Bytes
+			switch {
+			case e.State != bgjob.Exited || ss.kind == kindSelfKill || ss.kind == kindSelfTerm:
+				faults++
+			case ss.kind == kindGrandchildren || ss.kind == kindStubbornChild:
+				faults++
+				leftovers++
+			}
+		}
+		for id, n := range rec.started {
+			processes += n
+			if n > fin[id] {
+				st.fail("%s: %s started %d times, finished %d", reg.name, id, n, fin[id])
+			}
+		}
+		// Each pollable run: one completion drained, one OnComplete, one
+		// background JobFinished, per ID.
+		perID := func(m map[compKey]int, what string) map[bgjob.ID]int {
+			c := map[bgjob.ID]int{}
+			for k, n := range m {
+				if n != 1 {
+					st.fail("%s: completion of %s ended %d %s %d times; want once", reg.name, k.id, k.ended, what, n)
+				}
+				c[k.id] += n
+			}
+			return c
+		}
+		onc, drained := perID(rec.completed, "passed to OnComplete"), perID(rec.drained, "drained")
+		for k := range rec.completed {
+			if rec.drained[k] == 0 {
+				st.fail("%s: completion of %s (ended %d) went to OnComplete but was never drained", reg.name, k.id, k.ended)
+			}
+		}
+		for k := range rec.drained {
+			if rec.completed[k] == 0 {
+				st.fail("%s: completion of %s (ended %d) was drained but never went to OnComplete", reg.name, k.id, k.ended)
+			}
+		}
+		for id := range fin {
+			if bg[id] != onc[id] || bg[id] != drained[id] {
+				st.fail("%s: %s: %d background runs, %d OnComplete, %d drained; want equal", reg.name, id, bg[id], onc[id], drained[id])
+			}
+		}
+		rec.mu.Unlock()
+	}
+
+	// No process of any job is alive, whatever it did.
+	st.mu.Lock()
+	pids := st.pids
+	for id := range st.listed {
+		if st.ids[id] == nil {
+			t.Errorf("List showed %s, which no launch returned", id)
+		}
+	}
+	st.mu.Unlock()
+	for _, p := range stressProcs() {
+		if pids[p.session] && p.state != 'Z' && p.state != 'X' {
+			t.Errorf("process %d (%s) of job session %d is alive after Close; want none", p.pid, string(p.state), p.session)
+		}
+	}
+
+	jobs := st.main.launches.Load() + st.bad.launches.Load()
+	t.Logf("jobs: %d runs (%d processes, %d distinct IDs, pool %d), %d joins, %d too-many, %d ErrClosed; %d inline, %d detached, %d progress calls",
+		jobs, processes, len(st.ids), len(st.pool), st.n.joins.Load(), st.n.tooMany.Load(), st.n.closedErrs.Load(), st.n.inline.Load(), st.n.detached.Load(), st.n.progress.Load())
+	t.Logf("ends: exited %d, cancelled %d, timed out %d, failed %d (bad shell %d, dir removed %d); %d MiB printed",
+		states[bgjob.Exited], states[bgjob.Cancelled], states[bgjob.TimedOut], states[bgjob.Failed], kinds[kindBadShell], kinds[kindDirGone], bytesTotal>>20)
+	t.Logf("faults injected: %d (self-kills %d, self-terms %d, leftover trees %d, timeouts %d, cancels %d, spawn failures %d)",
+		faults, kinds[kindSelfKill], kinds[kindSelfTerm], leftovers, states[bgjob.TimedOut], states[bgjob.Cancelled], states[bgjob.Failed])
+	t.Logf("polls: %d Status, %d Read (%d bytes checked, %d past the end), %d Wait (%d timed out), %d walks, %d Cancel, %d List, %d drains, %d Readmit, %d not found, %d admissions",
+		st.n.status.Load(), st.n.reads.Load(), st.n.readBytes.Load(), st.n.readInvalid.Load(), st.n.waits.Load(), st.n.waitOut.Load(), st.n.walks.Load(),
+		st.n.cancels.Load(), st.n.lists.Load(), st.n.drains.Load(), st.n.readmits.Load(), st.n.notFound.Load(), st.n.admits.Load())
+	if st.failures.Load() > 30 {
+		t.Errorf("%d failures in all (the first 30 shown)", st.failures.Load())
+	}
+}
+
+func stressCategory(s bgjob.State, code int) bgjob.Category {
+	switch {
+	case s == bgjob.Exited && code != 0:
+		return bgjob.CategoryCommand
+	case s == bgjob.TimedOut:
+		return bgjob.CategoryTimeout
+	case s == bgjob.Cancelled:
+		return bgjob.CategoryCancelled
+	case s == bgjob.Failed:
+		return bgjob.CategorySpawn
+	}
+	return bgjob.CategoryNone
+}
+
+// stressWarmUp runs one job of each shape through a throwaway registry.
+func stressWarmUp(t *testing.T) {
+	r, err := bgjob.New(bgjob.Config{KillGrace: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := r.Start(ctxT(t), bgjob.Spec{Command: "sleep 300 & cat", Stdin: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, r, s.ID)
+	if err := r.Close(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stressProc is a line of the process table.
+type stressProc struct {
+	pid, ppid, pgrp, session int
+	state                    byte
+}
+
+// stressProcs reads every process's state, parent, group and session from
+// /proc. Off Linux it returns nil.
+func stressProcs() []stressProc {
+	if runtime.GOOS != "linux" {
+		return nil
+	}
+	ents, _ := os.ReadDir("/proc")
+	var out []stressProc
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) {
+			continue
+		}
+		f := strings.Fields(string(b[i+2:])) // state ppid pgrp session ...
+		if len(f) < 4 {
+			continue
+		}
+		p := stressProc{pid: pid, state: f[0][0]}
+		p.ppid, _ = strconv.Atoi(f[1])
+		p.pgrp, _ = strconv.Atoi(f[2])
+		p.session, _ = strconv.Atoi(f[3])
+		out = append(out, p)
+	}
+	return out
+}
+
+// stressZombies returns the test process's children that are zombies.
+func stressZombies() map[int]bool {
+	z := map[int]bool{}
+	self := os.Getpid()
+	for _, p := range stressProcs() {
+		if p.ppid == self && p.state == 'Z' {
+			z[p.pid] = true
+		}
+	}
+	return z
+}
+
+// stressFDs lists the test process's open file descriptors with what they
+// point at. Off Linux it returns nil.
+func stressFDs() []string {
+	if runtime.GOOS != "linux" {
+		return nil
+	}
+	ents, _ := os.ReadDir("/proc/self/fd")
+	var out []string
+	for _, e := range ents {
+		// The descriptor of the directory read itself is closed by now.
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil {
+			out = append(out, e.Name()+"->"+target)
+		}
+	}
+	return out
+}
