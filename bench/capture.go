@@ -29,6 +29,7 @@ type captureReport struct {
 	Bytes   int64   `json:"bytes"`   // bytes the implementation saw (os/exec: asked for)
 	Seconds float64 `json:"seconds"` // from the call to its return
 	MaxRSS  int64   `json:"maxrss"`  // KiB, getrusage(RUSAGE_SELF) of the child
+	CPU     float64 `json:"cpu"`     // user+system seconds of the child itself
 }
 
 // captureResult: workload 3.
@@ -36,6 +37,7 @@ type captureResult struct {
 	mibps  float64 // median of the runs
 	rssMiB float64 // largest of the runs
 	all    []float64
+	cpu    []float64 // CPU seconds per GiB of the capturing process, per run
 	runs   int
 	err    string
 }
@@ -53,7 +55,8 @@ func captureChild(impl string, n int64) {
 	secs := time.Since(t0).Seconds()
 	var ru unix.Rusage
 	unix.Getrusage(unix.RUSAGE_SELF, &ru)
-	json.NewEncoder(os.Stdout).Encode(captureReport{Impl: impl, Bytes: got, Seconds: secs, MaxRSS: ru.Maxrss})
+	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	json.NewEncoder(os.Stdout).Encode(captureReport{Impl: impl, Bytes: got, Seconds: secs, MaxRSS: ru.Maxrss, CPU: cpu})
 }
 
 // capture runs a command that writes n bytes with the implementation
@@ -149,6 +152,7 @@ func runCapture(n int64, runs int) [nImpl]captureResult {
 			r.runs++
 			r.all = append(r.all, float64(n)/(1<<20)/rep.Seconds)
 			r.mibps = median(r.all)
+			r.cpu = append(r.cpu, rep.CPU*(1<<30)/float64(n))
 			r.rssMiB = max(r.rssMiB, float64(rep.MaxRSS)/1024)
 		}
 	}

@@ -89,7 +89,13 @@ func main() {
 		notes = append(notes, fmt.Sprintf("foreground latency: %d runs each; kernel exit stamp (proc connector) to the caller's return, CLOCK_MONOTONIC", sz.foreground))
 	})
 	step("capture", func() {
-		rows = append(rows, captureRows(runCapture(sz.capture, sz.captureRuns), sz.capture)...)
+		c := runCapture(sz.capture, sz.captureRuns)
+		rows = append(rows, captureRows(c, sz.capture)...)
+		var a []string
+		for k := range nImpl {
+			a = append(a, fmt.Sprintf("%s %.2f", implNames[k], median(c[k].cpu)))
+		}
+		notes = append(notes, "capture: CPU seconds per GiB of the capturing process (median run): "+strings.Join(a, ", "))
 		notes = append(notes, fmt.Sprintf("capture: `yes <63 chars> | head -c %d`, each implementation in a child process of its own, %d run(s) each; os/exec copies into io.Discard (the floor), go-cmd streams lines on its channels, bgjob keeps head+tail", sz.capture, sz.captureRuns))
 	})
 	step("fanout", func() {
