@@ -213,8 +213,13 @@ func (r *Registry) detach(j *job, joined bool) Result {
 	}
 	j.pollable = true
 	j.holders--
+	// The snapshot is taken with the decision, so a Detached result is
+	// always a running one.
+	j.mu.Lock()
+	s, v := j.snapshotLocked()
+	j.mu.Unlock()
 	r.mu.Unlock()
-	s := r.snapshot(j)
+	s = r.withOutput(j, s, v)
 	s.Joined = joined
 	return Result{Snapshot: s, Detached: true}
 }
@@ -598,6 +603,14 @@ func (r *Registry) lookup(id ID) (*job, error) {
 // out; a finished job's text was admitted when it ended.
 func (r *Registry) snapshot(j *job) Snapshot {
 	j.mu.Lock()
+	s, v := j.snapshotLocked()
+	j.mu.Unlock()
+	return r.withOutput(j, s, v)
+}
+
+// snapshotLocked copies j's state, and for a running job the raw view of
+// its output, which withOutput admits outside the lock.
+func (j *job) snapshotLocked() (Snapshot, *rawView) {
 	s := Snapshot{
 		ID: j.id, Session: j.spec.Session, Command: j.spec.Command, Dir: j.spec.Dir,
 		State: j.state, ExitCode: j.exitCode, PID: j.pid, Started: j.started, Ended: j.ended,
@@ -605,13 +618,18 @@ func (r *Registry) snapshot(j *job) Snapshot {
 	}
 	if j.fin != nil {
 		s.Output = j.fin.out
-		j.mu.Unlock()
-		return s
+		return s, nil
 	}
 	v := j.out.view()
-	j.mu.Unlock()
-	text := v.text()
-	a := r.admit(AdmitRequest{ID: j.id, Session: j.spec.Session, Command: j.spec.Command, Text: text, Partial: true, Omitted: v.omitted()})
+	return s, &v
+}
+
+// withOutput fills in a running job's admitted output from its raw view.
+func (r *Registry) withOutput(j *job, s Snapshot, v *rawView) Snapshot {
+	if v == nil {
+		return s
+	}
+	a := r.admit(AdmitRequest{ID: j.id, Session: j.spec.Session, Command: j.spec.Command, Text: v.text(), Partial: true, Omitted: v.omitted()})
 	s.Output = Output{Text: a.Text, Total: v.total, Omitted: v.omitted(), Withheld: a.Withhold,
 		Notice: joinNotices(truncationNotice(v.omitted()), a.Notice)}
 	if a.Withhold {
@@ -659,9 +677,9 @@ func (r *Registry) Read(id ID, offset int64, max int) (Chunk, error) {
 		return f.read(offset, max), nil
 	}
 	b := j.out
-	if offset > b.total {
+	if total := b.total; offset > total {
 		j.mu.Unlock()
-		return Chunk{}, pastEnd(offset, b.total)
+		return Chunk{}, pastEnd(offset, total)
 	}
 	headEnd, tailBegin := b.held()
 	c := Chunk{Offset: offset}
@@ -856,8 +874,9 @@ func (f *final) readmitted(a Admitted) *final {
 
 // Close stops every running job as Cancel does and waits for every
 // goroutine the registry started. If ctx ends first, the jobs still
-// running are killed at once (SIGKILL) and Close returns ctx.Err()
-// wrapped once they are gone. After Close, Start, RunForeground and
+// running are killed at once (SIGKILL), the context the Admitter gets is
+// cancelled (so a final text still being admitted may be withheld), and
+// Close returns ctx.Err() wrapped once the jobs are gone. After Close, Start, RunForeground and
 // Readmit fail with ErrClosed; Status, Read, List and Completions go on
 // serving what was retained. Close is idempotent.
 func (r *Registry) Close(ctx context.Context) error {
@@ -888,6 +907,7 @@ func (r *Registry) Close(ctx context.Context) error {
 			j.force.Store(true)
 			j.poke()
 		}
+		r.abort() // an Admitter that honours its ctx lets go now (fail closed)
 		<-all
 	}
 	r.abort()
