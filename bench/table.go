@@ -86,10 +86,10 @@ func ratio(x float64) string {
 	switch {
 	case x < 0.01:
 		return fmt.Sprintf("%.4f", x)
-	case x < 0.1:
-		return fmt.Sprintf("%.3f", x)
 	}
-	return fmt.Sprintf("%.2f", x)
+	// Three decimals, so that a ratio just over a limit (1.103 against
+	// 1.10) does not print as the limit itself.
+	return fmt.Sprintf("%.3f", x)
 }
 
 // render writes rows as one Markdown table and reports whether any row
