@@ -64,6 +64,12 @@ func (r *Registry) supervise(j *job, p *process, rd outputReader) {
 		exitAt   time.Time // when the shell's exit was seen
 		cause    outcome   // why the job was stopped, while stopping
 		timer    *time.Timer
+		// The read deadline last set, so that it is only set when it
+		// changes (each set re-arms a runtime timer). A poke moves the
+		// real deadline into the past; the read then fails with a
+		// timeout, which forgets this cached value.
+		deadlineSet time.Time
+		haveSet     bool
 	)
 	begin := func(o outcome, now time.Time) {
 		stopping, cause, killAt = true, o, now.Add(grace)
@@ -112,7 +118,10 @@ func (r *Registry) supervise(j *job, p *process, rd outputReader) {
 			timer = waitPoke(j.wake, timer, next)
 			continue
 		}
-		rd.SetReadDeadline(next)
+		if !haveSet || !next.Equal(deadlineSet) {
+			rd.SetReadDeadline(next)
+			deadlineSet, haveSet = next, true
+		}
 		if j.pending(stopping, killed, !exitAt.IsZero()) {
 			continue // a poke came before the deadline was set
 		}
@@ -127,7 +136,9 @@ func (r *Registry) supervise(j *job, p *process, rd outputReader) {
 			}
 		}
 		switch {
-		case err == nil, errors.Is(err, os.ErrDeadlineExceeded):
+		case err == nil:
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			haveSet = false
 		case err == io.EOF:
 			eof = true
 		default:
