@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -296,6 +297,7 @@ type stress struct {
 	main    *stressReg
 	bad     *stressReg // its shell does not exist
 	dir     string     // Config.Dir of main; doomed dirs live under it
+	mark    string     // in every job's environment, to find its processes
 	seed    uint64
 	closing atomic.Bool
 
@@ -322,11 +324,13 @@ func newStress(t *testing.T, seed uint64) *stress {
 		ids:  map[bgjob.ID]*stressSpec{}, regs: map[bgjob.ID]*stressReg{}, pids: map[int]bool{},
 		listed: map[bgjob.ID]bool{},
 	}
+	st.mark = fmt.Sprintf("BGJOB_STRESS_MARK=%d-%d", os.Getpid(), seed)
 	st.main = &stressReg{name: "main", rec: newStressRec()}
 	st.bad = &stressReg{name: "bad-shell", rec: newStressRec()}
 	var err error
 	st.main.r, err = bgjob.New(bgjob.Config{
 		Dir:              st.dir,
+		Env:              append(os.Environ(), st.mark),
 		MaxRunning:       128,
 		KillGrace:        300 * time.Millisecond,
 		DefaultTimeout:   time.Minute,
@@ -857,10 +861,23 @@ func (st *stress) verify() {
 		}
 	}
 	st.mu.Unlock()
+	// PIDs wrap (pid_max is often 32768) and other programs start
+	// sessions too, so a process counts as a job's only if it carries the
+	// mark that every job's environment holds: a job's processes inherit
+	// it, whichever session or group they moved to.
+	var live int
 	for _, p := range stressProcs() {
-		if pids[p.session] && p.state != 'Z' && p.state != 'X' {
-			t.Errorf("process %d (%s) of job session %d is alive after Close; want none", p.pid, string(p.state), p.session)
+		if p.state == 'Z' || p.state == 'X' {
+			continue
 		}
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p.pid))
+		if err != nil || !slices.Contains(strings.Split(string(env), "\x00"), st.mark) {
+			continue
+		}
+		live++
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.pid))
+		t.Errorf("process %d (%s, session %d, job session: %v) of a job is alive after Close: %q; want none",
+			p.pid, string(p.state), p.session, pids[p.session], bytes.ReplaceAll(cmd, []byte{0}, []byte{' '}))
 	}
 
 	jobs := st.main.launches.Load() + st.bad.launches.Load()
@@ -871,6 +888,7 @@ func (st *stress) verify() {
 		states[bgjob.Exited], states[bgjob.Cancelled], states[bgjob.TimedOut], states[bgjob.Failed], kinds[kindBadShell], kinds[kindDirGone], bytesTotal>>20)
 	t.Logf("faults injected: %d (self-kills %d, self-terms %d, leftover trees %d, timeouts %d, cancels %d, spawn failures %d)",
 		faults, kinds[kindSelfKill], kinds[kindSelfTerm], leftovers, states[bgjob.TimedOut], states[bgjob.Cancelled], states[bgjob.Failed])
+	t.Logf("leaks: %d live processes of jobs (of %d job sessions) after Close", live, len(pids))
 	t.Logf("polls: %d Status, %d Read (%d bytes checked, %d past the end), %d Wait (%d timed out), %d walks, %d Cancel, %d List, %d drains, %d Readmit, %d not found, %d admissions",
 		st.n.status.Load(), st.n.reads.Load(), st.n.readBytes.Load(), st.n.readInvalid.Load(), st.n.waits.Load(), st.n.waitOut.Load(), st.n.walks.Load(),
 		st.n.cancels.Load(), st.n.lists.Load(), st.n.drains.Load(), st.n.readmits.Load(), st.n.notFound.Load(), st.n.admits.Load())
