@@ -33,6 +33,24 @@ func newIDKey(configured []byte) ([32]byte, error) {
 // bytes. A Unique launch mixes in a fresh nonce.
 func jobID(key *[32]byte, spec *Spec, dir string, timeout time.Duration) ID {
 	h, _ := blake3.NewKeyed(key[:]) // the key is 32 bytes: never fails
+	return hashID(h, spec, dir, timeout)
+}
+
+// jobID is the package jobID with the registry's key, reusing hashers: a
+// keyed hasher holds 8 KiB of buffers, too much to make per launch.
+func (r *Registry) jobID(spec *Spec, dir string, timeout time.Duration) ID {
+	h, _ := r.hashers.Get().(*blake3.Hasher)
+	if h == nil {
+		h, _ = blake3.NewKeyed(r.key[:])
+	} else {
+		h.Reset()
+	}
+	defer r.hashers.Put(h)
+	return hashID(h, spec, dir, timeout)
+}
+
+// hashID writes the launch into the keyed hasher h and makes the ID.
+func hashID(h *blake3.Hasher, spec *Spec, dir string, timeout time.Duration) ID {
 	var n [8]byte
 	field := func(s string) {
 		binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
@@ -64,9 +82,9 @@ func jobID(key *[32]byte, spec *Spec, dir string, timeout time.Duration) ID {
 		rand.Read(nonce[:]) // never fails (crypto/rand panics instead)
 		h.Write(nonce[:])
 	}
-	var sum [8]byte
-	h.Digest().Read(sum[:])
-	return ID("job_" + hex.EncodeToString(sum[:]))
+	var sum [32]byte
+	h.Sum(sum[:0])
+	return ID("job_" + hex.EncodeToString(sum[:8]))
 }
 
 // joinLocked decides whether a launch joins old, the current run of its ID,

@@ -46,19 +46,26 @@ func startProcess(argv []string, dir string, env []string, stdin string) (*proce
 	if err != nil {
 		return nil, nil, fmt.Errorf("stdin: %w", err)
 	}
-	defer in.Close()
-	rd, w, err := os.Pipe()
-	if err != nil {
+	defer unix.Close(in)
+	// The write end stays a raw, blocking descriptor, as a child's stdout
+	// should be; only the read end is non-blocking, in the runtime's
+	// poller, so that reads can have deadlines.
+	var pfd [2]int
+	if err := rawPipe(&pfd); err != nil {
 		return nil, nil, fmt.Errorf("pipe: %w", err)
 	}
-	defer w.Close()
+	defer unix.Close(pfd[1])
+	if err := unix.SetNonblock(pfd[0], true); err != nil {
+		unix.Close(pfd[0])
+		return nil, nil, fmt.Errorf("pipe: %w", err)
+	}
+	growPipe(pfd[0])
+	rd := os.NewFile(uintptr(pfd[0]), "|0")
 	pidfd := -1
 	attr := &syscall.ProcAttr{
-		Dir: dir,
-		Env: env,
-		// Fd puts the write end in blocking mode, as a child's stdout
-		// should be; the read end stays non-blocking for deadlines.
-		Files: []uintptr{in.Fd(), w.Fd(), w.Fd()},
+		Dir:   dir,
+		Env:   env,
+		Files: []uintptr{uintptr(in), uintptr(pfd[1]), uintptr(pfd[1])},
 		Sys:   sysProcAttr(&pidfd),
 	}
 	pid, err := syscall.ForkExec(path, argv, attr)
@@ -81,27 +88,27 @@ func startProcess(argv []string, dir string, env []string, stdin string) (*proce
 	return p, rd, nil
 }
 
-// stdinFile returns the file a job reads as its standard input: /dev/null
-// when s is empty, else an unlinked temporary file holding s. A file,
-// unlike a pipe, takes any size without a goroutine to feed it.
-func stdinFile(s string) (*os.File, error) {
+// stdinFile returns the descriptor a job reads as its standard input:
+// /dev/null when s is empty, else an unlinked temporary file holding s. A
+// file, unlike a pipe, takes any size without a goroutine to feed it.
+func stdinFile(s string) (int, error) {
 	if s == "" {
-		return os.Open(os.DevNull)
+		return unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	}
 	f, err := os.CreateTemp("", "bgjob-stdin-*")
 	if err != nil {
-		return nil, err
+		return -1, err
 	}
+	defer f.Close()
 	os.Remove(f.Name())
 	if _, err := f.WriteString(s); err != nil {
-		f.Close()
-		return nil, err
+		return -1, err
 	}
 	if _, err := f.Seek(0, 0); err != nil {
-		f.Close()
-		return nil, err
+		return -1, err
 	}
-	return f, nil
+	// A descriptor that outlives f, sharing its offset (now 0).
+	return unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 }
 
 // signal sends SIGTERM, or SIGKILL if kill is set, to the whole process

@@ -108,7 +108,10 @@ type Snapshot struct {
 	// Cancelled; -1 while running and for Failed.
 	ExitCode int
 
-	PID     int       // the shell's process ID; 0 if it never started
+	// PID is the shell's process ID; 0 if it never started, and on a
+	// joiner's snapshot taken while the first launch is still spawning
+	// the process (Status has it a moment later).
+	PID     int
 	Started time.Time // when the job was launched
 	Ended   time.Time // zero while running
 

@@ -42,6 +42,8 @@ type Registry struct {
 	seq     uint64                  // the last generation handed out
 	queues  map[string][]Completion // undelivered completions by session
 	ret     retained
+
+	hashers sync.Pool // keyed *blake3.Hasher, reused by jobID
 }
 
 // job is one run of a command. Its ID may name several runs over time; gen
@@ -54,7 +56,6 @@ type job struct {
 	argv    []string
 	env     []string
 	started time.Time
-	spawned chan struct{} // closed once the spawn was tried: pid is final
 	done    chan struct{} // closed when the job has ended and its hooks have run
 	wake    chan struct{} // pokes the supervisor once its pipe is at EOF
 
@@ -251,12 +252,12 @@ func (r *Registry) launch(ctx context.Context, spec Spec, fg bool) (*job, bool, 
 	if r.isClosed() {
 		return nil, false, ErrClosed
 	}
-	j, err := r.prepare(spec)
+	spec, id, timeout, err := r.prepare(spec)
 	if err != nil {
 		return nil, false, err
 	}
 	if g := r.cfg.Guard; g != nil {
-		if err := g(ctx, j.spec); err != nil {
+		if err := g(ctx, spec); err != nil {
 			return nil, false, fmt.Errorf("%w: %w", ErrRejected, err)
 		}
 	}
@@ -264,17 +265,25 @@ func (r *Registry) launch(ctx context.Context, spec Spec, fg bool) (*job, bool, 
 		return nil, false, fmt.Errorf("bgjob: launch: %w", err)
 	}
 
+	// Most launches in a burst of identical ones join: look first, and
+	// build a job only for a new run.
+	r.mu.Lock()
+	if old := r.jobs[id]; old != nil && !r.closed && r.joinLocked(old, fg) {
+		r.mu.Unlock()
+		return old, true, nil
+	}
+	r.mu.Unlock()
+	j := r.build(spec, id, timeout)
+
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
 		return nil, false, ErrClosed
 	}
-	if old := r.jobs[j.id]; old != nil {
-		if r.joinLocked(old, fg) {
-			r.mu.Unlock()
-			<-old.spawned // so that the joiner's snapshot has the PID
-			return old, true, nil
-		}
+	// An identical launch may have come while the job was built.
+	if old := r.jobs[id]; old != nil && r.joinLocked(old, fg) {
+		r.mu.Unlock()
+		return old, true, nil
 	}
 	if r.running >= r.cfg.MaxRunning {
 		r.mu.Unlock()
@@ -299,16 +308,17 @@ func (r *Registry) launch(ctx context.Context, spec Spec, fg bool) (*job, bool, 
 	return j, false, nil
 }
 
-// prepare validates spec and builds the job it describes, ID included.
-func (r *Registry) prepare(spec Spec) (*job, error) {
+// prepare validates spec and returns it with Dir resolved and a private
+// Env, with its ID and its effective timeout.
+func (r *Registry) prepare(spec Spec) (Spec, ID, time.Duration, error) {
 	if strings.TrimSpace(spec.Command) == "" {
-		return nil, specError("Command", "empty")
+		return Spec{}, "", 0, specError("Command", "empty")
 	}
 	if hasNUL(spec.Command) {
-		return nil, specError("Command", "holds a NUL byte")
+		return Spec{}, "", 0, specError("Command", "holds a NUL byte")
 	}
 	if hasNUL(spec.Dir) {
-		return nil, specError("Dir", "holds a NUL byte")
+		return Spec{}, "", 0, specError("Dir", "holds a NUL byte")
 	}
 	dir := spec.Dir
 	if dir == "" {
@@ -318,23 +328,23 @@ func (r *Registry) prepare(spec Spec) (*job, error) {
 	}
 	dir = filepath.Clean(dir)
 	if err := isDir(dir); err != nil {
-		return nil, specError("Dir", "%v", err)
+		return Spec{}, "", 0, specError("Dir", "%v", err)
 	}
 	for k, v := range spec.Env {
 		switch {
 		case k == "":
-			return nil, specError("Env", "empty key")
+			return Spec{}, "", 0, specError("Env", "empty key")
 		case strings.ContainsAny(k, "=\x00"):
-			return nil, specError("Env", "key %q holds '=' or NUL", k)
+			return Spec{}, "", 0, specError("Env", "key %q holds '=' or NUL", k)
 		case hasNUL(v):
-			return nil, specError("Env", "value of %s holds a NUL byte", k)
+			return Spec{}, "", 0, specError("Env", "value of %s holds a NUL byte", k)
 		}
 	}
 	if spec.Timeout < 0 {
-		return nil, specError("Timeout", "negative (%v)", spec.Timeout)
+		return Spec{}, "", 0, specError("Timeout", "negative (%v)", spec.Timeout)
 	}
 	if spec.IdleTimeout < 0 {
-		return nil, specError("IdleTimeout", "negative (%v)", spec.IdleTimeout)
+		return Spec{}, "", 0, specError("IdleTimeout", "negative (%v)", spec.IdleTimeout)
 	}
 	spec.Dir = dir
 	spec.Env = maps_clone(spec.Env)
@@ -342,19 +352,27 @@ func (r *Registry) prepare(spec Spec) (*job, error) {
 	if timeout == 0 {
 		timeout = r.cfg.DefaultTimeout
 	}
-	extra := make([]string, 0, len(spec.Env))
-	for k, v := range spec.Env {
-		extra = append(extra, k+"="+v)
+	return spec, r.jobID(&spec, dir, timeout), timeout, nil
+}
+
+// build makes the job for a prepared spec.
+func (r *Registry) build(spec Spec, id ID, timeout time.Duration) *job {
+	env := r.cfg.Env // never written to: jobs without Spec.Env share it
+	if len(spec.Env) > 0 {
+		extra := make([]string, 0, len(spec.Env))
+		for k, v := range spec.Env {
+			extra = append(extra, k+"="+v)
+		}
+		slices.Sort(extra)
+		env = mergeEnv(r.cfg.Env, extra)
 	}
-	slices.Sort(extra)
-	j := &job{
-		id:       jobID(&r.key, &spec, dir, timeout),
+	return &job{
+		id:       id,
 		spec:     spec,
 		timeout:  timeout,
 		argv:     append(slices.Clip(r.cfg.Shell), spec.Command),
-		env:      mergeEnv(r.cfg.Env, extra),
+		env:      env,
 		started:  time.Now(),
-		spawned:  make(chan struct{}),
 		done:     make(chan struct{}),
 		wake:     make(chan struct{}, 1),
 		heapIdx:  -1,
@@ -362,7 +380,6 @@ func (r *Registry) prepare(spec Spec) (*job, error) {
 		exitCode: exitUnknown,
 		out:      newOutbuf(r.cfg.HeadBytes, r.cfg.TailBytes),
 	}
-	return j, nil
 }
 
 func specError(field, format string, args ...any) error {
@@ -422,14 +439,12 @@ func (r *Registry) spawn(j *job) {
 	if req := j.stopReq.Load(); req != stopNone {
 		// A Cancel (or Close) that arrives before the process exists
 		// prevents the spawn.
-		close(j.spawned)
 		r.finish(j, outcome{state: Cancelled, exitCode: exitCancelled, reason: stopReason(req) + " before start"})
 		r.wg.Done()
 		return
 	}
 	p, rd, err := r.start(j.argv, j.spec.Dir, j.env, j.spec.Stdin)
 	if err != nil {
-		close(j.spawned)
 		r.finish(j, outcome{state: Failed, exitCode: exitUnknown, reason: "spawn: " + err.Error()})
 		r.wg.Done()
 		return
@@ -438,7 +453,6 @@ func (r *Registry) spawn(j *job) {
 	j.pid = p.pid
 	j.mu.Unlock()
 	j.rd.Store(&rd)
-	close(j.spawned)
 	if t := r.cfg.Telemetry; t != nil {
 		r.mu.Lock()
 		bg := j.pollable

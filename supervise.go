@@ -24,7 +24,7 @@ const maxTimeout = 100 * 365 * 24 * time.Hour
 // pieces.
 const (
 	minReadBuf = 512
-	maxReadBuf = 64 << 10
+	maxReadBuf = 256 << 10
 )
 
 // outputReader is the parent's end of a job's output pipe. Its reads
