@@ -574,12 +574,11 @@ func (st *stress) worker(rng *rand.Rand, stop *atomic.Bool) {
 			if res.Detached {
 				st.n.detached.Add(1)
 				if res.State != bgjob.Running {
-					// Bug (reported): detach marks the job pollable under
-					// the lock but snapshots it after, so a job that ends
-					// at that moment comes back Detached yet done. It is
-					// counted, not failed, until detach snapshots under
-					// the lock.
+					// detach once snapshotted after letting go of the
+					// lock, so a job ending at that moment came back
+					// Detached yet done.
 					st.n.detachedDone.Add(1)
+					st.fail("RunForeground: Detached with state %v; want running", res.State)
 				}
 			} else {
 				st.n.inline.Add(1)
