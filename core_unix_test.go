@@ -572,8 +572,10 @@ func TestCloseStopsEverything(t *testing.T) {
 		res, _ := r.RunForeground(context.Background(), bgjob.Spec{Command: "sleep 300"}, bgjob.Foreground{SoftCap: time.Hour})
 		fg <- res
 	}()
-	for r.Running() < 7 {
-		time.Sleep(time.Millisecond) // waiting for the foreground launch, with the test's deadline
+	for end := time.Now().Add(deadline); r.Running() < 7; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) { // polling the launch's count, with a deadline
+			t.Fatalf("%d jobs running; want 7", r.Running())
+		}
 	}
 	if err := r.Close(ctxT(t)); err != nil {
 		t.Fatal(err)
