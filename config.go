@@ -114,11 +114,12 @@ type Config struct {
 // result that a RunForeground caller has not yet received are never
 // evicted.
 type Retention struct {
-	// MaxJobs: if 0, 64; if negative, no limit beyond the rules above
-	// keeps a finished job.
+	// MaxJobs: if 0, 64. If negative, the limit is zero: only what
+	// the rules above force is kept (the newest finished job and unread
+	// results).
 	MaxJobs int
-	// MaxBytes: if 0, 16 MiB; if negative, no limit beyond the rules
-	// above keeps a finished job's text.
+	// MaxBytes: if 0, 16 MiB. If negative, the limit is zero, as for
+	// MaxJobs.
 	MaxBytes int64
 	// TTL: if 0, 5 minutes; if negative, jobs expire as soon as they
 	// are evicted by the next registry operation.
