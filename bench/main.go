@@ -108,7 +108,7 @@ func main() {
 		for k := range nImpl {
 			a = append(a, fmt.Sprintf("%s %d/%d alive after %v", implNames[k], f[k].alive, f[k].n, f[k].startAll.Round(time.Millisecond)))
 		}
-		notes = append(notes, "fan-out: goroutine and heap deltas taken once every job has its process, divided by the jobs still running then ("+strings.Join(a, ", ")+"); heap is HeapAlloc after a GC (records of finished jobs included, goroutine stacks not)")
+		notes = append(notes, "fan-out: deltas taken once every job has its process; goroutines divided by the jobs they serve, counted at the same instant (bgjob: Registry.Running, others: live processes), heap by the processes still alive ("+strings.Join(a, ", ")+"); heap is HeapAlloc after a GC (records of finished jobs included, goroutine stacks not)")
 	})
 	step("status", func() {
 		s := runStatus(sz.retained, sz.calls)

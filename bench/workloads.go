@@ -355,21 +355,33 @@ func runFanout(n int, impl int) fanoutResult {
 	}
 	pids := fi.ready()
 	startAll := time.Since(t0)
-	g1, h1 := memNow()
+	// Goroutines, and the jobs they serve, counted back to back: for
+	// bgjob the jobs not yet finished (a job whose process has just
+	// exited keeps its goroutines until it is finished), for the others
+	// the processes alive.
+	gNow := runtime.NumGoroutine()
+	holders := -1
+	if reg != nil {
+		holders = reg.Running()
+	}
+	_, h1 := memNow()
 	alive := countAlive(pids)
+	if holders < 0 {
+		holders = alive
+	}
 	fi.wait()
 	wall := time.Since(t0)
 	if reg != nil {
 		closeRegistry(reg)
 	}
 	// Starting n processes on a small machine can take longer than the
-	// jobs last: divide by the jobs still running when the counts were
-	// taken. That overstates the heap (the records of finished jobs are
+	// jobs last: divide the heap by the jobs still running when it was
+	// measured. That overstates it (the records of finished jobs are
 	// counted too), never understates it.
 	per := float64(max(alive, 1))
 	return fanoutResult{
 		n: n, wall: wall, startAll: startAll, alive: alive,
-		goroutines: float64(g1-g0) / per,
+		goroutines: float64(gNow-g0) / float64(max(holders, 1)),
 		heap:       float64(int64(h1)-int64(h0)) / per,
 	}
 }
