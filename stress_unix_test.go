@@ -60,7 +60,7 @@ func TestStress(t *testing.T) {
 	stressWarmUp(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	fdsBefore := stressFDs()
-	zombiesBefore := stressZombies()
+	zombiesBefore := zombieChildren()
 
 	st := newStress(t, seed)
 	st.run(dur)
@@ -71,7 +71,7 @@ func TestStress(t *testing.T) {
 		if len(fdsAfter) != len(fdsBefore) {
 			t.Errorf("open file descriptors: %d before, %d after; want equal\nbefore %v\nafter  %v", len(fdsBefore), len(fdsAfter), fdsBefore, fdsAfter)
 		}
-		for pid := range stressZombies() {
+		for pid := range zombieChildren() {
 			if !zombiesBefore[pid] {
 				t.Errorf("zombie child %d of the test process; want none", pid)
 			}
@@ -865,7 +865,7 @@ func (st *stress) verify() {
 	// mark that every job's environment holds: a job's processes inherit
 	// it, whichever session or group they moved to.
 	var live int
-	for _, p := range stressProcs() {
+	for _, p := range procTable() {
 		if p.state == 'Z' || p.state == 'X' {
 			continue
 		}
@@ -924,58 +924,6 @@ func stressWarmUp(t *testing.T) {
 	if err := r.Close(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// stressProc is a line of the process table.
-type stressProc struct {
-	pid, ppid, pgrp, session int
-	state                    byte
-}
-
-// stressProcs reads every process's state, parent, group and session from
-// /proc. Off Linux it returns nil.
-func stressProcs() []stressProc {
-	if runtime.GOOS != "linux" {
-		return nil
-	}
-	ents, _ := os.ReadDir("/proc")
-	var out []stressProc
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 || i+2 >= len(b) {
-			continue
-		}
-		f := strings.Fields(string(b[i+2:])) // state ppid pgrp session ...
-		if len(f) < 4 {
-			continue
-		}
-		p := stressProc{pid: pid, state: f[0][0]}
-		p.ppid, _ = strconv.Atoi(f[1])
-		p.pgrp, _ = strconv.Atoi(f[2])
-		p.session, _ = strconv.Atoi(f[3])
-		out = append(out, p)
-	}
-	return out
-}
-
-// stressZombies returns the test process's children that are zombies.
-func stressZombies() map[int]bool {
-	z := map[int]bool{}
-	self := os.Getpid()
-	for _, p := range stressProcs() {
-		if p.ppid == self && p.state == 'Z' {
-			z[p.pid] = true
-		}
-	}
-	return z
 }
 
 // stressFDs lists the test process's open file descriptors with what they

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -37,26 +36,4 @@ func TestSubreaper(t *testing.T) {
 	if z := zombieChildren(); len(z) > 0 {
 		t.Errorf("zombie children of the host: %v; want none", z)
 	}
-}
-
-// zombieChildren lists the zombies whose parent is this process.
-func zombieChildren() []int {
-	me := strconv.Itoa(os.Getpid())
-	names, _ := os.ReadDir("/proc")
-	var z []int
-	for _, e := range names {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-		if len(f) > 1 && f[0] == "Z" && f[1] == me {
-			z = append(z, pid)
-		}
-	}
-	return z
 }

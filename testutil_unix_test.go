@@ -70,14 +70,35 @@ func wait(t *testing.T, r *bgjob.Registry, id bgjob.ID) bgjob.Snapshot {
 }
 
 // liveInSession returns the processes of session sid that are alive (not
-// zombies), read from /proc. Off Linux it returns nil.
+// zombies). Off Linux it returns nil.
 func liveInSession(sid int) []int {
-	if runtime.GOOS != "linux" || sid <= 0 {
+	if sid <= 0 {
 		return nil
 	}
-	names, _ := os.ReadDir("/proc")
 	var pids []int
-	for _, e := range names {
+	for _, p := range procTable() {
+		if p.session == sid && p.state != 'Z' {
+			pids = append(pids, p.pid)
+		}
+	}
+	return pids
+}
+
+// procEntry is a line of the process table.
+type procEntry struct {
+	pid, ppid, pgrp, session int
+	state                    byte
+}
+
+// procTable reads every process's state, parent, group and session from
+// /proc. Off Linux it returns nil.
+func procTable() []procEntry {
+	if runtime.GOOS != "linux" {
+		return nil
+	}
+	ents, _ := os.ReadDir("/proc")
+	var out []procEntry
+	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
@@ -87,12 +108,32 @@ func liveInSession(sid int) []int {
 			continue
 		}
 		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) {
+			continue
+		}
 		f := strings.Fields(string(b[i+2:])) // state ppid pgrp session ...
-		if len(f) > 3 && f[0] != "Z" && f[3] == strconv.Itoa(sid) {
-			pids = append(pids, pid)
+		if len(f) < 4 {
+			continue
+		}
+		p := procEntry{pid: pid, state: f[0][0]}
+		p.ppid, _ = strconv.Atoi(f[1])
+		p.pgrp, _ = strconv.Atoi(f[2])
+		p.session, _ = strconv.Atoi(f[3])
+		out = append(out, p)
+	}
+	return out
+}
+
+// zombieChildren returns the test process's children that are zombies.
+func zombieChildren() map[int]bool {
+	z := map[int]bool{}
+	self := os.Getpid()
+	for _, p := range procTable() {
+		if p.ppid == self && p.state == 'Z' {
+			z[p.pid] = true
 		}
 	}
-	return pids
+	return z
 }
 
 // assertGone fails the test if a process of the job's session is alive.
