@@ -15,18 +15,24 @@ import (
 )
 
 // wrapperScript runs the job's shell under a wrapper /bin/sh that writes
-// the shell's status to the exit marker (a temporary file, then a rename)
-// and exits with it, so a job that ends while the host is down still
-// records how it ended. Everything the wrapper runs comes to it as
-// arguments ("$1" the run folder, then the shell's argv), so nothing is
-// quoted into the script. The wrapper catches SIGTERM, SIGINT and SIGHUP
-// with a no-op trap so that a polite group signal reaches the shell and
-// the marker still gets written; a caught (not ignored) signal goes back
-// to its default in the programs the wrapper starts.
+// the shell's status to the exit marker (the host's empty 0600 exit.tmp,
+// filled, then renamed) and exits with it, so a job that ends while the
+// host is down still records how it ended. Everything the wrapper runs
+// comes to it as arguments ("$1" the run folder, then the shell's argv),
+// so nothing is quoted into the script. The wrapper catches SIGTERM,
+// SIGINT and SIGHUP with a no-op trap so that a polite group signal
+// reaches the shell and the marker still gets written (a caught signal,
+// unlike an ignored one, goes back to its default in the programs the
+// wrapper starts). Its own stderr is /dev/null while it waits, since sh
+// reports a child killed by a signal ("Killed") there and that must not
+// join the job's output; an inner sh gets the real stderr back from
+// descriptor 3 and execs the job's shell with it (same process, so the
+// status is the shell's own).
 const wrapperScript = `trap : HUP INT TERM
 d=$1
 shift
-"$@"
+exec 3>&2 2>/dev/null
+` + wrapperShell + ` -c 'exec "$@" 2>&3 3>&-' sh "$@"
 s=$?
 echo "$s" >"$d/exit.tmp" && command -p mv -f "$d/exit.tmp" "$d/exit"
 exit "$s"`
@@ -63,6 +69,12 @@ func startDurable(argv []string, dir string, env []string, stdin, run string, ex
 		return nil, nil, fmt.Errorf("output: %w", err)
 	}
 	defer unix.Close(out)
+	// The marker's mode is set here: the wrapper's umask is the job's.
+	tmp, err := unix.Open(filepath.Join(run, markerFile+".tmp"), unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("exit marker: %w", err)
+	}
+	unix.Close(tmp)
 	rd, err := newFileReader(name, exited, lim)
 	if err != nil {
 		return nil, nil, fmt.Errorf("output: %w", err)
