@@ -390,11 +390,11 @@ func TestDurableHost(t *testing.T) {
 	}
 	ids := map[string]bgjob.Snapshot{}
 	for name, cmd := range map[string]string{
-		"done":     "echo done; exit 7",            // ends before the crash
+		"done":     "echo done; exit 7",           // ends before the crash
 		"later":    "echo later; sleep 1; exit 5", // ends while the host is down
-		"running":  "echo running; sleep 60",       // adopted
-		"killed":   "echo killed; sleep 60",        // SIGKILLed while down: lost
-		"signaled": "echo sig; sleep 60",           // SIGTERMed while down: 143
+		"running":  "echo running; sleep 60",      // adopted
+		"killed":   "echo killed; sleep 60",       // SIGKILLed while down: lost
+		"signaled": "echo sig; sleep 60",          // SIGTERMed while down: 143
 	} {
 		s, err := r.Start(context.Background(), bgjob.Spec{Command: cmd, Session: "s"})
 		if err != nil {
@@ -579,7 +579,7 @@ func BenchmarkDurableReplay(b *testing.B) {
 		os.WriteFile(filepath.Join(run, "output"), []byte(fmt.Sprintf("output of job %d\n", i)), 0o600)
 		os.WriteFile(filepath.Join(run, "exit"), []byte(fmt.Sprintf("%d\n", i%3)), 0o600)
 	}
-	cfg := bgjob.Config{StateDir: dir, Retention: bgjob.Retention{MaxJobs: -1, MaxBytes: -1, TTL: time.Hour}}
+	cfg := bgjob.Config{StateDir: dir, Retention: bgjob.Retention{MaxJobs: 1 << 30, MaxBytes: 1 << 40, TTL: time.Hour}}
 	b.ResetTimer()
 	for range b.N {
 		r, err := bgjob.New(cfg)

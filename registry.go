@@ -38,10 +38,10 @@ type Registry struct {
 	// jobs maps each ID to its current run: running, retained, or
 	// finished with a RunForeground caller yet to read it.
 	jobs    map[ID]*job
-	running int                     // jobs launched and not finished
-	closed  bool                    // Close has begun
-	seq     uint64                  // the last generation handed out
-	queues  map[string][]queued     // undelivered completions by session
+	running int                 // jobs launched and not finished
+	closed  bool                // Close has begun
+	seq     uint64              // the last generation handed out
+	queues  map[string][]queued // undelivered completions by session
 	ret     retained
 	// Durable mode only: the state directory, and the jobs forgotten
 	// since the last sweep, whose folders sweep handles outside the lock.
@@ -1030,7 +1030,8 @@ func (r *Registry) Close(ctx context.Context) error {
 // Detach lets the host exit without stopping its jobs, so that a new
 // Registry on the same StateDir (in this process or the next) adopts
 // them. It needs durable mode: without Config.StateDir it returns
-// ErrUnsupported and does nothing.
+// ErrUnsupported and does nothing; after Close or Detach it returns
+// ErrClosed.
 //
 // Detach ends the registry like Close, except that running jobs are
 // released, not stopped: their goroutines end, their processes run on
@@ -1046,6 +1047,10 @@ func (r *Registry) Detach() error {
 		return fmt.Errorf("bgjob: detach: durable mode (Config.StateDir): %w", ErrUnsupported)
 	}
 	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return ErrClosed
+	}
 	r.closed = true
 	var js []*job
 	for _, j := range r.jobs {
