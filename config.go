@@ -84,9 +84,54 @@ type Config struct {
 
 	// StateDir, if set, turns on durable mode: job records and output
 	// are kept in this directory so jobs survive a host restart. It
-	// must be an absolute path. Durable mode is not available in this
-	// version: New fails with ErrUnsupported when StateDir is set.
+	// must be an absolute path; it is created (0700) if missing. If
+	// StateDir is empty, jobs live only in memory. Durable mode is
+	// available on Linux only: elsewhere New fails with ErrUnsupported
+	// when StateDir is set.
+	//
+	// In durable mode each run of a job has a folder (0700) under
+	// StateDir/sessions/, in a folder per session named by a keyed hash
+	// of the session, never the name itself. It holds record.json (0600:
+	// ID, session, command, directory, timeouts, state, exit code, PID
+	// and the process's start time, times, reason, whether the
+	// completion was delivered; never the environment or stdin), written
+	// to a temporary file, fsynced, renamed and the folder fsynced, first
+	// before the process starts; output, which the job writes itself (it
+	// is its stdout and stderr); and exit, where a wrapper /bin/sh writes
+	// the shell's status (temporary file, then rename) when the shell
+	// ends, even if the host is gone. The ID key is kept in
+	// StateDir/idkey (0600) when IDKey is nil, so IDs stay stable across
+	// restarts. While the host reads a job's output, the file is kept
+	// within MaxOutputBytes on disk.
+	//
+	// New on a StateDir that holds records replays them. A finished job
+	// comes back with its state, exit code and text (rebuilt from its
+	// output file through HeadBytes/TailBytes and the Admitter), and its
+	// completion, if it was never delivered, is queued for Completions
+	// (OnComplete is not called for it); a completion returned by
+	// Completions or passed to OnComplete is recorded as delivered and
+	// never returned again by a later Registry. A job whose shell is
+	// still running (same PID, same start time, same boot) is adopted:
+	// watched until it ends, its output followed, cancellable, its
+	// timeouts measured from its original start. A job whose shell is
+	// gone becomes Exited with the code of its exit marker, or Failed
+	// with Reason "lost" if there is none (it was killed by SIGKILL, or
+	// the machine restarted). A job recorded as starting becomes Failed
+	// with Reason "spawn aborted". A record that cannot be read is moved
+	// to StateDir/quarantine/ and logged to Logger; it never makes New
+	// fail. Finished jobs are kept within Retention as in memory mode; a
+	// job's folder is removed when it is evicted and its completion was
+	// delivered.
 	StateDir string
+
+	// MaxOutputBytes bounds the disk space of a running job's output
+	// file in durable mode: once the file takes more, the part between
+	// the head and the tail that has been read already is freed (holes
+	// punched, FALLOC_FL_PUNCH_HOLE; the file keeps its size and
+	// offsets). While no Registry watches a job, its file grows without
+	// bound. If MaxOutputBytes is 0, it is 64 MiB; it must be at least
+	// HeadBytes+TailBytes+1 MiB. Without StateDir it is unused.
+	MaxOutputBytes int64
 
 	// IDKey keys the hash that makes job IDs. If IDKey is nil, 32
 	// random bytes are used, so IDs are stable for one Registry and
@@ -138,6 +183,7 @@ const (
 	defaultRetainTTL        = 5 * time.Minute
 	defaultProgressInterval = 5 * time.Second
 	defaultSoftCap          = 30 * time.Second
+	defaultMaxOutputBytes   = 64 << 20
 )
 
 // nonInteractive keeps common tools from waiting on a terminal that a job
@@ -240,7 +286,16 @@ func (c Config) normalize() (Config, error) {
 		if hasNUL(c.StateDir) || !filepath.IsAbs(c.StateDir) {
 			return c, configError("StateDir", "must be an absolute path")
 		}
-		return c, fmt.Errorf("bgjob: Config.StateDir: durable mode: %w", ErrUnsupported)
+		c.StateDir = filepath.Clean(c.StateDir)
+		if err := durableCheck(); err != nil {
+			return c, fmt.Errorf("bgjob: Config.StateDir: %w", err)
+		}
+	}
+	switch floor := int64(c.HeadBytes) + int64(c.TailBytes) + 1<<20; {
+	case c.MaxOutputBytes == 0:
+		c.MaxOutputBytes = max(defaultMaxOutputBytes, floor)
+	case c.MaxOutputBytes < floor:
+		return c, configError("MaxOutputBytes", "%d; at least HeadBytes+TailBytes+1 MiB (%d) is needed", c.MaxOutputBytes, floor)
 	}
 	if c.IDKey != nil && len(c.IDKey) < 16 {
 		return c, configError("IDKey", "%d bytes; at least 16 are needed", len(c.IDKey))

@@ -19,8 +19,28 @@
 //	}
 //
 // bgjob does not give a job a terminal (PTY) or take input after the
-// start, and it runs jobs on this machine only. Durable mode (jobs that
-// survive a host restart, [Config.StateDir]) is not in this version.
+// start, and it runs jobs on this machine only.
+//
+// # Durable mode
+//
+// With [Config.StateDir] set (Linux only; New fails with
+// [ErrUnsupported] elsewhere), every run of a job has a folder under that
+// directory holding its record, its output (written by the job itself)
+// and an exit marker written by a wrapper shell when the job's shell
+// ends. A host that crashes or exits loses nothing: [New] on the same
+// directory replays it. Finished jobs come back with their state, exit
+// code and text; completions never delivered are queued again, once;
+// jobs still running (the same PID with the same start time) are adopted
+// and watched to their end, with their timeouts from their original
+// start; jobs that ended while no host watched get the exit code of
+// their marker, or become Failed ("lost") without one, or ("spawn
+// aborted") if the host died while starting them; unreadable records are
+// quarantined. [Registry.Detach] lets a host exit on purpose without
+// stopping its jobs. While a Registry watches a job, its output file is
+// held to [Config.MaxOutputBytes] on disk. Live behaviour (Read, Status,
+// timeouts, Cancel, coalescing, admission, completions) is the same as in
+// memory. The job's shell runs under a wrapper /bin/sh, so its PID is
+// the wrapper's; the environment and stdin are never written to disk.
 //
 // # Jobs and IDs
 //
@@ -80,7 +100,9 @@
 // # Platform differences
 //
 // On Unix each job runs in a new session (setsid), so its process group
-// holds everything it starts. On Linux the waiter parks on a pidfd and
+// holds everything it starts. Durable mode needs Linux: pidfds watch an
+// adopted process that is not the host's child, inotify wakes the reader
+// of an output file. On Linux the waiter parks on a pidfd and
 // leftover processes are found in /proc, ignoring zombies, which hold
 // nothing; [Config.Subreaper] makes the host reap its jobs' orphans. On
 // other Unix systems a kqueue reports the exit and the group is checked

@@ -25,6 +25,12 @@ func envKey(k string) string { return k }
 type process struct {
 	pid   int
 	pidfd *os.File // Linux: the shell's pidfd, if the kernel gave one
+
+	// adopted marks a process that a durable Registry found running at
+	// New: not its child, so it is watched through its pidfd and its
+	// exit code comes from the exit marker in the folder run.
+	adopted bool
+	run     string
 }
 
 // startProcess starts argv in a new session with the given directory and
@@ -34,19 +40,6 @@ func startProcess(argv []string, dir string, env []string, stdin string) (*proce
 	if !canSpawn {
 		return nil, nil, ErrUnsupported
 	}
-	path := argv[0]
-	if !strings.Contains(path, "/") {
-		lp, err := exec.LookPath(path)
-		if err != nil {
-			return nil, nil, err
-		}
-		path = lp
-	}
-	in, err := stdinFile(stdin)
-	if err != nil {
-		return nil, nil, fmt.Errorf("stdin: %w", err)
-	}
-	defer unix.Close(in)
 	// The write end stays a raw, blocking descriptor, as a child's stdout
 	// should be; only the read end is non-blocking, in the runtime's
 	// poller, so that reads can have deadlines.
@@ -61,20 +54,40 @@ func startProcess(argv []string, dir string, env []string, stdin string) (*proce
 	}
 	growPipe(pfd[0])
 	rd := os.NewFile(uintptr(pfd[0]), "|0")
+	p, err := forkJob(argv, dir, env, stdin, pfd[1])
+	if err != nil {
+		rd.Close()
+		return nil, nil, err
+	}
+	return p, rd, nil
+}
+
+// forkJob starts argv in a new session with the given directory and
+// environment, stdin as its input and the descriptor out as both stdout
+// and stderr.
+func forkJob(argv []string, dir string, env []string, stdin string, out int) (*process, error) {
+	path, err := lookShell(argv[0])
+	if err != nil {
+		return nil, err
+	}
+	in, err := stdinFile(stdin)
+	if err != nil {
+		return nil, fmt.Errorf("stdin: %w", err)
+	}
+	defer unix.Close(in)
 	pidfd := -1
 	attr := &syscall.ProcAttr{
 		Dir:   dir,
 		Env:   env,
-		Files: []uintptr{uintptr(in), uintptr(pfd[1]), uintptr(pfd[1])},
+		Files: []uintptr{uintptr(in), uintptr(out), uintptr(out)},
 		Sys:   sysProcAttr(&pidfd),
 	}
 	pid, err := syscall.ForkExec(path, argv, attr)
 	if err != nil {
-		rd.Close()
 		if errors.Is(err, syscall.ENOENT) && isDir(dir) != nil {
-			return nil, nil, fmt.Errorf("working directory %s: %w", dir, err)
+			return nil, fmt.Errorf("working directory %s: %w", dir, err)
 		}
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	p := &process{pid: pid}
 	if pidfd >= 0 {
@@ -85,7 +98,16 @@ func startProcess(argv []string, dir string, env []string, stdin string) (*proce
 			unix.Close(pidfd)
 		}
 	}
-	return p, rd, nil
+	return p, nil
+}
+
+// lookShell resolves a shell program that holds no '/' through the host's
+// PATH.
+func lookShell(path string) (string, error) {
+	if strings.Contains(path, "/") {
+		return path, nil
+	}
+	return exec.LookPath(path)
 }
 
 // stdinFile returns the descriptor a job reads as its standard input:
@@ -127,6 +149,9 @@ func (p *process) signal(kill bool) error {
 // reap collects the shell's exit status: its exit code, or 128+n if signal
 // n killed it.
 func (p *process) reap() (int, error) {
+	if p.adopted {
+		return reapAdopted(p)
+	}
 	var ws unix.WaitStatus
 	for {
 		_, err := unix.Wait4(p.pid, &ws, 0, nil)
@@ -156,6 +181,13 @@ func (p *process) leftovers() int {
 		return 0
 	}
 	return len(liveMembers(p.pid))
+}
+
+// unwatch ends a wait on the process (see wait), for Detach.
+func (p *process) unwatch() {
+	if p.pidfd != nil {
+		p.pidfd.SetReadDeadline(time.Unix(1, 0))
+	}
 }
 
 // release frees what the process holds once it has been reaped.

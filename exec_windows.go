@@ -744,3 +744,6 @@ func (p *process) release() {
 
 // enableSubreaper is Linux only; New refuses Config.Subreaper elsewhere.
 func enableSubreaper() error { return ErrUnsupported }
+
+// unwatch is for Detach, which durable mode alone has: never on Windows.
+func (p *process) unwatch() {}

@@ -19,9 +19,16 @@ func sysProcAttr(pidfd *int) *syscall.SysProcAttr {
 
 // wait blocks until the shell has exited, without reaping it. With a
 // pidfd the wait parks in the runtime's poller and holds no thread.
+//
+// Detach ends the wait early by moving the pidfd's read deadline into the
+// past; wait then returns errReleased.
 func (p *process) wait() error {
+	if p.adopted {
+		return p.waitAdopted()
+	}
 	if p.pidfd != nil {
-		if rc, err := p.pidfd.SyscallConn(); err == nil {
+		rc, err := p.pidfd.SyscallConn()
+		if err == nil {
 			var werr error
 			err = rc.Read(func(fd uintptr) bool {
 				var info unix.Siginfo
@@ -37,6 +44,8 @@ func (p *process) wait() error {
 			if err == nil {
 				return werr
 			}
+			// The pidfd was closed or its deadline moved by Detach.
+			return errReleased
 		}
 	}
 	for {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,11 +38,15 @@ type Registry struct {
 	// jobs maps each ID to its current run: running, retained, or
 	// finished with a RunForeground caller yet to read it.
 	jobs    map[ID]*job
-	running int                     // jobs launched and not finished
-	closed  bool                    // Close has begun
-	seq     uint64                  // the last generation handed out
-	queues  map[string][]Completion // undelivered completions by session
+	running int                 // jobs launched and not finished
+	closed  bool                // Close has begun
+	seq     uint64              // the last generation handed out
+	queues  map[string][]queued // undelivered completions by session
 	ret     retained
+	// Durable mode only: the state directory, and the jobs forgotten
+	// since the last sweep, whose folders sweep handles outside the lock.
+	st    *store
+	trash []*job
 
 	hashers sync.Pool // keyed *blake3.Hasher, reused by jobID
 }
@@ -82,6 +87,22 @@ type job struct {
 	out      *outbuf // the raw output while running; nil once fin is set
 	fin      *final  // the admitted output once the job has ended
 	finGen   uint64  // counts changes of fin, so Readmit never overwrites a newer one
+
+	// Durable mode only. run is the job's folder, set at launch. recMu
+	// guards rec, the record as last written (or about to be), and
+	// recGone, set once the folder is removed; it is taken before
+	// Registry.mu, never after, since record writes do I/O.
+	run     string
+	recMu   sync.Mutex
+	rec     record
+	recGone bool
+}
+
+// queued is a completion waiting in its session's queue, with its job, so
+// that durable mode can record its delivery.
+type queued struct {
+	c Completion
+	j *job
 }
 
 // Stop requests, in job.stopReq.
@@ -89,18 +110,29 @@ const (
 	stopNone int32 = iota
 	stopCancel
 	stopClose
+	stopDetach // Detach: let go of the job without stopping it
 )
 
 // New returns a Registry configured by cfg. It fails with an error that
 // wraps ErrInvalidConfig and names the field when cfg is malformed, and
 // with ErrUnsupported when cfg asks for what this platform cannot do.
-// New starts no goroutine.
+//
+// With Config.StateDir set, New replays the state directory as that
+// field's doc describes, and starts the goroutines of the running jobs
+// it adopts; otherwise New starts no goroutine.
 func New(cfg Config) (*Registry, error) {
 	c, err := cfg.normalize()
 	if err != nil {
 		return nil, err
 	}
-	key, err := newIDKey(c.IDKey)
+	var st *store
+	idKey := c.IDKey
+	if c.StateDir != "" {
+		if st, idKey, err = openStore(&c); err != nil {
+			return nil, err
+		}
+	}
+	key, err := newIDKey(idKey)
 	if err != nil {
 		return nil, fmt.Errorf("bgjob: new ID key: %w", err)
 	}
@@ -110,7 +142,7 @@ func New(cfg Config) (*Registry, error) {
 		}
 	}
 	ctx, abort := context.WithCancel(context.Background())
-	return &Registry{
+	r := &Registry{
 		cfg:    c,
 		key:    key,
 		ctx:    ctx,
@@ -118,8 +150,19 @@ func New(cfg Config) (*Registry, error) {
 		now:    time.Now,
 		start:  startProcess,
 		jobs:   make(map[ID]*job),
-		queues: make(map[string][]Completion),
-	}, nil
+		queues: make(map[string][]queued),
+		st:     st,
+	}
+	if st != nil {
+		adopted := r.replay()
+		r.sweep()
+		for _, a := range adopted {
+			r.wg.Add(2) // the waiter and the supervisor
+			go r.await(a.j, a.p)
+			go r.supervise(a.j, a.p, a.rd)
+		}
+	}
+	return r, nil
 }
 
 // Start launches spec as a pollable job and returns at once with its
@@ -228,6 +271,7 @@ func (r *Registry) detach(j *job, joined bool) Result {
 // release records that a foreground caller has its result. The last one
 // hands a pollable job to retention and forgets any other.
 func (r *Registry) release(j *job) {
+	defer r.sweep()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	j.holders--
@@ -299,11 +343,15 @@ func (r *Registry) launch(ctx context.Context, spec Spec, fg bool) (*job, bool, 
 		j.holders = 1
 	}
 	r.jobs[j.id] = j
+	if r.st != nil {
+		j.run = filepath.Join(r.st.sessionDir(j.spec.Session), string(j.id)+"."+strconv.FormatUint(j.gen, 10))
+	}
 	r.running++
 	r.wg.Add(1) // the launch; the supervisor inherits it
 	r.pruneLocked(r.now())
 	r.mu.Unlock()
 
+	r.sweep()
 	r.spawn(j)
 	return j, false, nil
 }
@@ -433,6 +481,14 @@ func mergeEnv(base []string, lists ...[]string) []string {
 // cancelled first or its process cannot start. It runs outside any lock
 // and owns the launch's count in r.wg.
 func (r *Registry) spawn(j *job) {
+	if j.run != "" {
+		// The record exists before the process does.
+		if err := r.prepareRun(j); err != nil {
+			r.finish(j, outcome{state: Failed, exitCode: exitUnknown, reason: "state: " + err.Error()})
+			r.wg.Done()
+			return
+		}
+	}
 	if r.hookSpawn != nil {
 		r.hookSpawn(j.id)
 	}
@@ -443,11 +499,23 @@ func (r *Registry) spawn(j *job) {
 		r.wg.Done()
 		return
 	}
-	p, rd, err := r.start(j.argv, j.spec.Dir, j.env, j.spec.Stdin)
+	var (
+		p   *process
+		rd  outputReader
+		err error
+	)
+	if j.run != "" {
+		p, rd, err = startDurable(j.argv, j.spec.Dir, j.env, j.spec.Stdin, j.run, j.exited.Load, r.st.lim)
+	} else {
+		p, rd, err = r.start(j.argv, j.spec.Dir, j.env, j.spec.Stdin)
+	}
 	if err != nil {
 		r.finish(j, outcome{state: Failed, exitCode: exitUnknown, reason: "spawn: " + err.Error()})
 		r.wg.Done()
 		return
+	}
+	if j.run != "" {
+		r.recordRunning(j, p.pid)
 	}
 	j.mu.Lock()
 	j.pid = p.pid
@@ -469,7 +537,7 @@ func (r *Registry) spawn(j *job) {
 // supervisor may still signal it), then wakes the supervisor.
 func (r *Registry) await(j *job, p *process) {
 	defer r.wg.Done()
-	if err := p.wait(); err != nil {
+	if err := p.wait(); err != nil && err != errReleased {
 		r.cfg.Logger.Warn("bgjob: wait", "id", j.id, "pid", p.pid, "err", err)
 	}
 	j.exited.Store(true)
@@ -489,8 +557,11 @@ func (j *job) poke() {
 }
 
 func stopReason(req int32) string {
-	if req == stopClose {
+	switch req {
+	case stopClose:
 		return "registry closed"
+	case stopDetach:
+		return "registry detached"
 	}
 	return "cancelled"
 }
@@ -513,6 +584,11 @@ func (r *Registry) finish(j *job, o outcome) {
 	fin := r.admitFinal(j, v, o.notice)
 	now := time.Now()
 
+	if j.run != "" {
+		// Held across the table update and the write, so a delivery or
+		// discard of this job comes after its end is on disk.
+		j.recMu.Lock()
+	}
 	r.mu.Lock()
 	j.mu.Lock()
 	j.state, j.exitCode, j.reason, j.ended = o.state, o.exitCode, o.reason, now
@@ -524,7 +600,7 @@ func (r *Registry) finish(j *job, o outcome) {
 	pollable := j.pollable
 	c := Completion{ID: j.id, Session: j.spec.Session, Command: j.spec.Command, State: o.state, ExitCode: o.exitCode, Ended: now}
 	if pollable {
-		r.queues[c.Session] = append(r.queues[c.Session], c)
+		r.queues[c.Session] = append(r.queues[c.Session], queued{c: c, j: j})
 		if j.holders == 0 && r.jobs[j.id] == j {
 			r.retainLocked(j)
 		}
@@ -532,6 +608,11 @@ func (r *Registry) finish(j *job, o outcome) {
 	j.finished = true
 	r.pruneLocked(j.retEnd)
 	r.mu.Unlock()
+	if j.run != "" {
+		r.recordEndLocked(j, o, now, pollable)
+		j.recMu.Unlock()
+		r.sweep()
+	}
 	// The hooks run before done closes, so a Wait that returns has seen
 	// them. A slow hook delays this job's end, never another's.
 	defer close(j.done)
@@ -545,6 +626,9 @@ func (r *Registry) finish(j *job, o outcome) {
 	}
 	if pollable && r.cfg.OnComplete != nil {
 		r.cfg.OnComplete(c)
+		if j.run != "" {
+			r.delivered(j)
+		}
 	}
 }
 
@@ -603,6 +687,7 @@ func (r *Registry) Status(id ID) (Snapshot, error) {
 // lookup finds a job that may be polled: running, or finished and
 // pollable.
 func (r *Registry) lookup(id ID) (*job, error) {
+	defer r.sweep()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.pruneLocked(r.now())
@@ -777,6 +862,7 @@ func (r *Registry) Cancel(id ID) (Snapshot, error) {
 // running or retained, oldest first. Running jobs' texts pass the
 // Admitter.
 func (r *Registry) List(session string) []Snapshot {
+	defer r.sweep()
 	r.mu.Lock()
 	r.pruneLocked(r.now())
 	var js []*job
@@ -798,12 +884,25 @@ func (r *Registry) List(session string) []Snapshot {
 // empties the queue: each completion is delivered once, even to
 // concurrent callers. A queue grows until it is drained; a host that
 // learns of ends through Config.OnComplete instead should drain it there.
+//
+// In durable mode each completion returned is recorded as delivered, so
+// no later Registry on the same StateDir returns it again.
 func (r *Registry) Completions(session string) []Completion {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	q := r.queues[session]
 	delete(r.queues, session)
-	return q
+	r.mu.Unlock()
+	if q == nil {
+		return nil
+	}
+	out := make([]Completion, len(q))
+	for i, e := range q {
+		out[i] = e.c
+		if e.j.run != "" {
+			r.delivered(e.j)
+		}
+	}
+	return out
 }
 
 // Running returns the number of jobs that are running.
@@ -929,10 +1028,44 @@ func (r *Registry) Close(ctx context.Context) error {
 }
 
 // Detach lets the host exit without stopping its jobs, so that a new
-// Registry on the same StateDir adopts them. It needs durable mode, which
-// this version does not have: it returns ErrUnsupported.
+// Registry on the same StateDir (in this process or the next) adopts
+// them. It needs durable mode: without Config.StateDir it returns
+// ErrUnsupported and does nothing; after Close or Detach it returns
+// ErrClosed.
+//
+// Detach ends the registry like Close, except that running jobs are
+// released, not stopped: their goroutines end, their processes run on
+// and go on writing their output and exit markers under StateDir, and
+// their records stay "running". A job still being launched is cancelled
+// before its process starts. Detach returns once every goroutine of the
+// registry has ended. Afterwards Start, RunForeground and Readmit fail
+// with ErrClosed, a released job stays Running in Status and List, and
+// Wait on it returns only when its ctx ends. Close after Detach returns
+// at once.
 func (r *Registry) Detach() error {
-	return fmt.Errorf("bgjob: detach: durable mode: %w", ErrUnsupported)
+	if r.st == nil {
+		return fmt.Errorf("bgjob: detach: durable mode (Config.StateDir): %w", ErrUnsupported)
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return ErrClosed
+	}
+	r.closed = true
+	var js []*job
+	for _, j := range r.jobs {
+		if !j.finished {
+			js = append(js, j)
+		}
+	}
+	r.mu.Unlock()
+	for _, j := range js {
+		j.stopReq.CompareAndSwap(stopNone, stopDetach)
+		j.poke()
+	}
+	r.wg.Wait()
+	r.abort()
+	return nil
 }
 
 func (r *Registry) isClosed() bool {

@@ -60,6 +60,9 @@ func (r *Registry) forgetLocked(j *job) {
 	if r.jobs[j.id] == j {
 		delete(r.jobs, j.id)
 	}
+	if j.run != "" {
+		r.trash = append(r.trash, j) // its folder: see sweep
+	}
 }
 
 // resizeLocked records that a retained job's text changed size.

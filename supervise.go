@@ -70,6 +70,7 @@ func (r *Registry) supervise(j *job, p *process, rd outputReader) {
 		// timeout, which forgets this cached value.
 		deadlineSet time.Time
 		haveSet     bool
+		detached    bool // Detach released the job
 	)
 	begin := func(o outcome, now time.Time) {
 		stopping, cause, killAt = true, o, now.Add(grace)
@@ -77,6 +78,10 @@ func (r *Registry) supervise(j *job, p *process, rd outputReader) {
 	}
 	for {
 		now := time.Now()
+		if !stopping && j.stopReq.Load() == stopDetach {
+			detached = true
+			break
+		}
 		if !stopping && exitAt.IsZero() {
 			switch {
 			case j.stopReq.Load() != stopNone:
@@ -149,10 +154,24 @@ func (r *Registry) supervise(j *job, p *process, rd outputReader) {
 	if timer != nil {
 		timer.Stop()
 	}
+	if detached {
+		// The process runs on unwatched: end the waiter, let go of the
+		// output and the process, and leave the job unfinished.
+		j.rd.Store(nil)
+		rd.Close()
+		p.unwatch()
+		p.release()
+		return
+	}
 
 	o := outcome{state: Exited}
 	code, err := p.reap()
-	if err != nil {
+	switch {
+	case err == errNoMarker:
+		// An adopted shell that died without writing its exit marker
+		// (SIGKILL from outside): how it ended is unknown.
+		o.state, o.reason = Failed, "lost"
+	case err != nil:
 		r.cfg.Logger.Warn("bgjob: reap", "id", j.id, "pid", p.pid, "err", err)
 	}
 	o.exitCode = code
@@ -183,8 +202,10 @@ func (r *Registry) supervise(j *job, p *process, rd outputReader) {
 	p.reapOrphans()
 
 	// The writers are gone: read what is left, briefly, in case a process
-	// that left the group still holds the pipe.
-	if !eof {
+	// that left the group still holds the pipe. A pipe at EOF and an
+	// output file (durable mode), whose leftovers may have written after
+	// the shell's exit, return at once.
+	{
 		rd.SetReadDeadline(time.Now().Add(drainGrace))
 		for {
 			n, err := rd.Read(buf)

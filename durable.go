@@ -1,0 +1,495 @@
+package bgjob
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/zeebo/blake3"
+)
+
+// Durable mode keeps, under Config.StateDir:
+//
+//	idkey                       the ID key, when Config.IDKey is nil
+//	sessions/SESSION/ID.GEN/    one folder per run of a job; SESSION is a
+//	    record.json             keyed hash of the session, never its name
+//	    output                  the job's stdout and stderr, written by it
+//	    exit                    the shell's status, written by the wrapper
+//	quarantine/                 run folders whose record could not be read
+//
+// Folders are 0700 and files 0600.
+const (
+	recordFile    = "record.json"
+	outputFile    = "output"
+	markerFile    = "exit"
+	idKeyFile     = "idkey"
+	sessionsDir   = "sessions"
+	quarantineDir = "quarantine"
+	recordVersion = 1
+	stateStarting = "starting"
+)
+
+var (
+	errGone     = errors.New("bgjob: process gone")
+	errNoMarker = errors.New("bgjob: no exit marker")
+	errReleased = errors.New("bgjob: released by Detach")
+)
+
+// record is what a run folder's record.json holds. It never holds the
+// job's environment or stdin, which may carry secrets.
+type record struct {
+	Version     int           `json:"version"`
+	ID          ID            `json:"id"`
+	Gen         uint64        `json:"gen"`
+	Session     string        `json:"session"`
+	Command     string        `json:"command"`
+	Dir         string        `json:"dir"`
+	Timeout     time.Duration `json:"timeout_ns"`
+	IdleTimeout time.Duration `json:"idle_timeout_ns"`
+	// State is "starting" until the process exists, then a State's
+	// String.
+	State    string `json:"state"`
+	ExitCode int    `json:"exit_code"`
+	PID      int    `json:"pid,omitempty"`
+	// StartTime is the process's start time, field 22 of /proc/PID/stat,
+	// in clock ticks after the boot named by BootID: with the PID it
+	// names the process, so a reused PID is never taken for the job.
+	StartTime uint64    `json:"start_time,omitempty"`
+	BootID    string    `json:"boot_id,omitempty"`
+	Started   time.Time `json:"started"`
+	Ended     time.Time `json:"ended,omitzero"`
+	Reason    string    `json:"reason,omitempty"`
+	Notice    string    `json:"notice,omitempty"` // about leftovers stopped
+	// Pollable: the job's end owes a completion.
+	Pollable bool `json:"pollable"`
+	// Evicted: retention dropped the job while its completion was still
+	// undelivered; the folder stays until it is delivered.
+	Evicted             bool `json:"evicted,omitempty"`
+	CompletionDelivered bool `json:"completion_delivered"`
+}
+
+// store is a Registry's state directory.
+type store struct {
+	dir string
+	key [32]byte // keys the session folder names
+	lim readLimits
+}
+
+// openStore creates the state directory's layout if needed and returns
+// the store and the ID key: Config.IDKey if set, else the persisted one
+// (made on first use), so IDs stay stable across restarts.
+func openStore(c *Config) (*store, []byte, error) {
+	if err := durableCheck(); err != nil {
+		return nil, nil, fmt.Errorf("bgjob: Config.StateDir: %w", err)
+	}
+	st := &store{dir: c.StateDir}
+	for _, d := range []string{st.dir, filepath.Join(st.dir, sessionsDir)} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, nil, fmt.Errorf("bgjob: Config.StateDir: %w", err)
+		}
+	}
+	key := c.IDKey
+	if key == nil {
+		var err error
+		if key, err = st.idKey(); err != nil {
+			return nil, nil, fmt.Errorf("bgjob: Config.StateDir: id key: %w", err)
+		}
+	}
+	blake3.DeriveKey("github.com/bgjob/bgjob 2026-11 session folder key", key, st.key[:])
+	keep := (int64(c.HeadBytes) + lineSlack + 4095) &^ 4095
+	st.lim = readLimits{keep: keep, tail: int64(c.TailBytes) + 2*lineSlack, max: c.MaxOutputBytes}
+	return st, key, nil
+}
+
+// idKey reads the persisted ID key, or makes and persists one.
+func (st *store) idKey() ([]byte, error) {
+	name := filepath.Join(st.dir, idKeyFile)
+	b, err := os.ReadFile(name)
+	if err == nil {
+		if len(b) < 16 {
+			return nil, fmt.Errorf("%s: %d bytes; at least 16 are needed", name, len(b))
+		}
+		return b, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	key := make([]byte, 32)
+	rand.Read(key)
+	if err := writeFileSync(st.dir, idKeyFile, key); err != nil {
+		return nil, err
+	}
+	return key, nil
+}
+
+// sessionDir returns the folder of a session's runs, named by a keyed
+// hash so that the state directory never shows a session's name.
+func (st *store) sessionDir(session string) string {
+	h, _ := blake3.NewKeyed(st.key[:])
+	h.WriteString(session)
+	var sum [16]byte
+	h.Digest().Read(sum[:])
+	return filepath.Join(st.dir, sessionsDir, hex.EncodeToString(sum[:]))
+}
+
+// writeFileSync writes name in dir durably: a temporary file, fsync,
+// rename, fsync of the folder.
+func writeFileSync(dir, name string, data []byte) error {
+	tmp := filepath.Join(dir, name+".tmp")
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(dir, name))
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// writeRecordLocked writes j's record; j.recMu must be held.
+func (r *Registry) writeRecordLocked(j *job) {
+	if j.recGone {
+		return
+	}
+	b, err := json.Marshal(&j.rec)
+	if err == nil {
+		err = writeFileSync(j.run, recordFile, b)
+	}
+	if err != nil {
+		r.cfg.Logger.Warn("bgjob: write record", "id", j.id, "err", err)
+	}
+}
+
+// readRecord reads and checks a run folder's record.
+func readRecord(run string) (*record, error) {
+	b, err := os.ReadFile(filepath.Join(run, recordFile))
+	if err != nil {
+		return nil, err
+	}
+	var rec record
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, err
+	}
+	switch {
+	case rec.Version != recordVersion:
+		return nil, fmt.Errorf("record version %d; want %d", rec.Version, recordVersion)
+	case !strings.HasPrefix(string(rec.ID), "job_"):
+		return nil, fmt.Errorf("record ID %q", rec.ID)
+	case rec.State != stateStarting && parseState(rec.State) < 0:
+		return nil, fmt.Errorf("record state %q", rec.State)
+	}
+	return &rec, nil
+}
+
+func parseState(s string) State {
+	for i, n := range stateNames {
+		if n == s {
+			return State(i)
+		}
+	}
+	return -1
+}
+
+// readMarker reads the exit code the wrapper shell left in run.
+func readMarker(run string) (int, bool) {
+	b, err := os.ReadFile(filepath.Join(run, markerFile))
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n, err == nil
+}
+
+// prepareRun makes j's run folder and writes its record, state
+// "starting", before the process exists.
+func (r *Registry) prepareRun(j *job) error {
+	if err := os.MkdirAll(filepath.Dir(j.run), 0o700); err != nil {
+		return err
+	}
+	if err := os.Mkdir(j.run, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	j.recMu.Lock()
+	defer j.recMu.Unlock()
+	j.rec = record{
+		Version: recordVersion, ID: j.id, Gen: j.gen, Session: j.spec.Session,
+		Command: j.spec.Command, Dir: j.spec.Dir, Timeout: j.timeout, IdleTimeout: j.spec.IdleTimeout,
+		State: stateStarting, ExitCode: exitUnknown, Started: j.started, Pollable: true,
+	}
+	b, err := json.Marshal(&j.rec)
+	if err != nil {
+		return err
+	}
+	return writeFileSync(j.run, recordFile, b)
+}
+
+// recordRunning records the process of a started job.
+func (r *Registry) recordRunning(j *job, pid int) {
+	st, _, _ := procStart(pid)
+	j.recMu.Lock()
+	defer j.recMu.Unlock()
+	j.rec.State, j.rec.PID, j.rec.StartTime, j.rec.BootID = Running.String(), pid, st, bootID()
+	r.writeRecordLocked(j)
+}
+
+// recordEndLocked records how j ended; j.recMu must be held.
+func (r *Registry) recordEndLocked(j *job, o outcome, ended time.Time, pollable bool) {
+	j.rec.State, j.rec.ExitCode, j.rec.Reason, j.rec.Notice = o.state.String(), o.exitCode, o.reason, o.notice
+	j.rec.Ended, j.rec.Pollable = ended, pollable
+	r.writeRecordLocked(j)
+}
+
+// delivered records that j's completion was delivered, so that no later
+// Registry delivers it again. An evicted job's folder goes with it.
+func (r *Registry) delivered(j *job) {
+	j.recMu.Lock()
+	defer j.recMu.Unlock()
+	if j.recGone || j.rec.CompletionDelivered {
+		return
+	}
+	j.rec.CompletionDelivered = true
+	if j.rec.Evicted {
+		r.removeRunLocked(j)
+		return
+	}
+	r.writeRecordLocked(j)
+}
+
+// discard handles a job that the registry forgot (evicted, replaced by a
+// new run, or a foreground result that was collected): its folder goes,
+// unless its completion is still owed; then the record says it was
+// evicted and the folder goes once the completion is delivered.
+func (r *Registry) discard(j *job) {
+	j.recMu.Lock()
+	defer j.recMu.Unlock()
+	if j.recGone {
+		return
+	}
+	if j.rec.Pollable && !j.rec.CompletionDelivered && j.rec.State != stateStarting && j.rec.State != Running.String() {
+		if !j.rec.Evicted {
+			j.rec.Evicted = true
+			r.writeRecordLocked(j)
+		}
+		return
+	}
+	r.removeRunLocked(j)
+}
+
+func (r *Registry) removeRunLocked(j *job) {
+	j.recGone = true
+	if err := os.RemoveAll(j.run); err != nil {
+		r.cfg.Logger.Warn("bgjob: remove run folder", "id", j.id, "err", err)
+	}
+}
+
+// sweep discards the jobs forgotten since the last sweep, outside the
+// registry's lock (it does I/O).
+func (r *Registry) sweep() {
+	if r.st == nil {
+		return
+	}
+	r.mu.Lock()
+	t := r.trash
+	r.trash = nil
+	r.mu.Unlock()
+	for _, j := range t {
+		r.discard(j)
+	}
+}
+
+// adoption is a running job found by replay, to be watched once the
+// Registry exists.
+type adoption struct {
+	j  *job
+	p  *process
+	rd outputReader
+}
+
+// replay rebuilds the registry from the state directory; see
+// Config.StateDir. It runs in New, before the Registry is shared.
+func (r *Registry) replay() []adoption {
+	sessions, err := os.ReadDir(filepath.Join(r.st.dir, sessionsDir))
+	if err != nil {
+		r.cfg.Logger.Warn("bgjob: replay", "err", err)
+		return nil
+	}
+	var (
+		adopted []adoption
+		owed    []queued
+		byID    = make(map[ID]*job)
+		gone    []*job // finished runs nobody holds: discarded after
+	)
+	boot := bootID()
+	for _, s := range sessions {
+		sdir := filepath.Join(r.st.dir, sessionsDir, s.Name())
+		runs, err := os.ReadDir(sdir)
+		if err != nil {
+			r.cfg.Logger.Warn("bgjob: replay", "err", err)
+			continue
+		}
+		for _, e := range runs {
+			if !e.IsDir() {
+				continue
+			}
+			run := filepath.Join(sdir, e.Name())
+			rec, err := readRecord(run)
+			if err != nil {
+				r.quarantine(run, s.Name()+"-"+e.Name(), err)
+				continue
+			}
+			j := &job{
+				id: rec.ID, gen: rec.Gen, run: run, rec: *rec,
+				spec:    Spec{Session: rec.Session, Command: rec.Command, Dir: rec.Dir, IdleTimeout: rec.IdleTimeout},
+				timeout: rec.Timeout, started: rec.Started,
+				done: make(chan struct{}), wake: make(chan struct{}, 1), heapIdx: -1,
+				state: Running, exitCode: exitUnknown, pid: rec.PID,
+			}
+			j.spec.Timeout = rec.Timeout
+			r.seq = max(r.seq, rec.Gen)
+			var o outcome
+			switch rec.State {
+			case stateStarting:
+				o = outcome{state: Failed, exitCode: exitUnknown, reason: "spawn aborted"}
+			case Running.String():
+				if rec.BootID == boot {
+					p, rd, err := adoptProcess(rec.PID, rec.StartTime, run, j.exited.Load, r.st.lim)
+					if err == nil {
+						j.out = newOutbuf(r.cfg.HeadBytes, r.cfg.TailBytes)
+						j.pollable = true
+						j.rec.Pollable = true
+						j.rd.Store(&rd)
+						adopted = append(adopted, adoption{j, p, rd})
+						if old := byID[j.id]; old == nil || old.gen < j.gen {
+							if old != nil {
+								gone = append(gone, old)
+							}
+							byID[j.id] = j
+						}
+						continue
+					}
+				}
+				if code, ok := readMarker(run); ok {
+					o = outcome{state: Exited, exitCode: code}
+				} else {
+					o = outcome{state: Failed, exitCode: exitUnknown, reason: "lost"}
+				}
+			default:
+				o = outcome{state: parseState(rec.State), exitCode: rec.ExitCode, reason: rec.Reason, notice: rec.Notice}
+			}
+			if rec.State == stateStarting || rec.State == Running.String() {
+				// It ended while no Registry watched it: its end is
+				// recorded now, and its completion is owed to its
+				// session since no foreground caller is left.
+				ended := time.Now()
+				if fi, err := os.Stat(filepath.Join(run, markerFile)); err == nil {
+					ended = fi.ModTime()
+				}
+				j.rec.State, j.rec.ExitCode, j.rec.Reason, j.rec.Ended, j.rec.Pollable =
+					o.state.String(), o.exitCode, o.reason, ended, true
+				j.recMu.Lock()
+				r.writeRecordLocked(j)
+				j.recMu.Unlock()
+			}
+			j.state, j.exitCode, j.reason, j.ended = o.state, o.exitCode, o.reason, j.rec.Ended
+			j.pollable, j.finished = j.rec.Pollable, true
+			close(j.done)
+			if j.pollable && !j.rec.CompletionDelivered {
+				owed = append(owed, queued{c: Completion{ID: j.id, Session: j.spec.Session, Command: j.spec.Command,
+					State: j.state, ExitCode: j.exitCode, Ended: j.ended}, j: j})
+			}
+			if !j.pollable || j.rec.Evicted {
+				gone = append(gone, j)
+				continue
+			}
+			j.fin = r.rebuild(j, o.notice)
+			if old := byID[j.id]; old == nil || old.gen < j.gen {
+				if old != nil {
+					gone = append(gone, old)
+				}
+				byID[j.id] = j
+			} else {
+				gone = append(gone, j)
+			}
+		}
+	}
+	slices.SortFunc(owed, func(a, b queued) int { return a.c.Ended.Compare(b.c.Ended) })
+	for _, q := range owed {
+		r.queues[q.c.Session] = append(r.queues[q.c.Session], q)
+	}
+	for id, j := range byID {
+		r.jobs[id] = j
+		if j.finished {
+			j.retEnd, j.retBytes = j.ended, int64(len(j.fin.out.Text))
+			r.retainLocked(j)
+		} else {
+			r.running++
+		}
+	}
+	r.pruneLocked(r.now())
+	r.trash = append(r.trash, gone...)
+	return adopted
+}
+
+// rebuild makes a replayed job's final output from its output file: the
+// head and the tail, through the same buffer and admission as a live job.
+func (r *Registry) rebuild(j *job, notice string) *final {
+	b := newOutbuf(r.cfg.HeadBytes, r.cfg.TailBytes)
+	if f, err := os.Open(filepath.Join(j.run, outputFile)); err == nil {
+		if fi, err := f.Stat(); err == nil {
+			size := fi.Size()
+			head := min(size, int64(r.cfg.HeadBytes))
+			buf := make([]byte, head)
+			n, _ := io.ReadFull(f, buf)
+			b.write(buf[:n])
+			from := max(int64(n), size-int64(r.cfg.TailBytes))
+			b.total += from - int64(n) // dropped between head and tail
+			if from < size {
+				buf = make([]byte, size-from)
+				n, _ := f.ReadAt(buf, from)
+				b.write(buf[:n])
+			}
+		}
+		f.Close()
+	}
+	return r.admitFinal(j, b.view(), notice)
+}
+
+// quarantine moves an unreadable run folder out of the way and logs it.
+func (r *Registry) quarantine(run, name string, cause error) {
+	q := filepath.Join(r.st.dir, quarantineDir)
+	dst := filepath.Join(q, name)
+	err := os.MkdirAll(q, 0o700)
+	if err == nil {
+		err = os.Rename(run, dst)
+	}
+	r.cfg.Logger.Warn("bgjob: unreadable job record quarantined", "folder", run, "to", dst, "cause", cause, "err", err)
+}

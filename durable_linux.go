@@ -1,0 +1,292 @@
+package bgjob
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// wrapperScript runs the job's shell under a wrapper /bin/sh that writes
+// the shell's status to the exit marker (the host's empty 0600 exit.tmp,
+// filled, then renamed) and exits with it, so a job that ends while the
+// host is down still records how it ended. Everything the wrapper runs
+// comes to it as arguments ("$1" the run folder, then the shell's argv),
+// so nothing is quoted into the script. The wrapper catches SIGTERM,
+// SIGINT and SIGHUP with a no-op trap so that a polite group signal
+// reaches the shell and the marker still gets written (a caught signal,
+// unlike an ignored one, goes back to its default in the programs the
+// wrapper starts). Its own stderr is /dev/null while it waits, since sh
+// reports a child killed by a signal ("Killed") there and that must not
+// join the job's output; an inner sh gets the real stderr back from
+// descriptor 3 and execs the job's shell with it (same process, so the
+// status is the shell's own).
+const wrapperScript = `trap : HUP INT TERM
+d=$1
+shift
+exec 3>&2 2>/dev/null
+` + wrapperShell + ` -c 'exec "$@" 2>&3 3>&-' sh "$@"
+s=$?
+echo "$s" >"$d/exit.tmp" && command -p mv -f "$d/exit.tmp" "$d/exit"
+exit "$s"`
+
+// wrapperShell is the shell that runs wrapperScript.
+const wrapperShell = "/bin/sh"
+
+// durableCheck reports whether durable mode works here: it needs pidfds
+// (to watch a process that is not the host's child) and inotify.
+func durableCheck() error {
+	fd, err := unix.PidfdOpen(os.Getpid(), 0)
+	if err != nil {
+		return fmt.Errorf("pidfd_open: %w (%w)", err, ErrUnsupported)
+	}
+	unix.Close(fd)
+	if _, err := os.Stat(wrapperShell); err != nil {
+		return fmt.Errorf("%s: %w (%w)", wrapperShell, err, ErrUnsupported)
+	}
+	return nil
+}
+
+// startDurable starts argv like startProcess, but under the wrapper shell
+// and with the file run/output (opened O_APPEND) as its stdout and
+// stderr, so the child writes its output to disk itself. The reader
+// follows that file; exited tells it that the shell has exited.
+func startDurable(argv []string, dir string, env []string, stdin, run string, exited func() bool, lim readLimits) (*process, outputReader, error) {
+	path, err := lookShell(argv[0])
+	if err != nil {
+		return nil, nil, err
+	}
+	name := filepath.Join(run, outputFile)
+	out, err := unix.Open(name, unix.O_WRONLY|unix.O_CREAT|unix.O_APPEND|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("output: %w", err)
+	}
+	defer unix.Close(out)
+	// The marker's mode is set here: the wrapper's umask is the job's.
+	tmp, err := unix.Open(filepath.Join(run, markerFile+".tmp"), unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("exit marker: %w", err)
+	}
+	unix.Close(tmp)
+	rd, err := newFileReader(name, exited, lim)
+	if err != nil {
+		return nil, nil, fmt.Errorf("output: %w", err)
+	}
+	wargv := make([]string, 0, len(argv)+5)
+	wargv = append(wargv, wrapperShell, "-c", wrapperScript, "sh", run, path)
+	wargv = append(wargv, argv[1:]...)
+	p, err := forkJob(wargv, dir, env, stdin, out)
+	if err != nil {
+		rd.Close()
+		return nil, nil, err
+	}
+	if p.pidfd == nil {
+		// Detach could not end the waiter, which blocks in waitid.
+		p.signal(true)
+		p.reap()
+		rd.Close()
+		return nil, nil, fmt.Errorf("no pidfd: %w", ErrUnsupported)
+	}
+	return p, rd, nil
+}
+
+// procStart returns the start time of process pid (field 22 of
+// /proc/PID/stat, in clock ticks after boot) and whether it is a zombie.
+func procStart(pid int) (start uint64, zombie, ok bool) {
+	if pid <= 0 {
+		return 0, false, false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false, false
+	}
+	// The fields after the command name, which may hold ')': state is
+	// field 3, starttime field 22.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0, false, false
+	}
+	f := bytes.Fields(b[i+2:])
+	if len(f) < 20 {
+		return 0, false, false
+	}
+	st, err := strconv.ParseUint(string(f[19]), 10, 64)
+	if err != nil {
+		return 0, false, false
+	}
+	return st, f[0][0] == 'Z' || f[0][0] == 'X', true
+}
+
+// bootID names this boot of the machine, so a start time (counted from
+// boot) is never compared across boots.
+func bootID() string {
+	b, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	return strings.TrimSpace(string(b))
+}
+
+// adoptProcess takes over the running job of a record: process pid, which
+// must still be the one that started at start. It fails with errGone if
+// that process is no longer running.
+func adoptProcess(pid int, start uint64, run string, exited func() bool, lim readLimits) (*process, outputReader, error) {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return nil, nil, errGone
+	}
+	// Checked after the pidfd is open: the pidfd pins the process, so a
+	// match now cannot be a later process that reuses the PID.
+	st, zombie, ok := procStart(pid)
+	if !ok || st != start || zombie {
+		if ok && st == start {
+			// The job's own zombie, if it is the host's child (a
+			// Registry of this process detached it): reap it.
+			var info unix.Siginfo
+			unix.Waitid(unix.P_PIDFD, fd, &info, unix.WEXITED|unix.WNOHANG, nil)
+		}
+		unix.Close(fd)
+		return nil, nil, errGone
+	}
+	rd, err := newFileReader(filepath.Join(run, outputFile), exited, lim)
+	if err != nil {
+		unix.Close(fd)
+		return nil, nil, err
+	}
+	return &process{pid: pid, pidfd: os.NewFile(uintptr(fd), "pidfd"), adopted: true, run: run}, rd, nil
+}
+
+// waitAdopted blocks until an adopted process has exited: its pidfd turns
+// readable. It works for a process that is not the host's child.
+func (p *process) waitAdopted() error {
+	rc, err := p.pidfd.SyscallConn()
+	if err != nil {
+		return errReleased
+	}
+	err = rc.Read(func(fd uintptr) bool {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, _ := unix.Poll(pfd, 0)
+		return n > 0
+	})
+	if err != nil {
+		return errReleased
+	}
+	return nil
+}
+
+// reapAdopted returns the exit code of an adopted process from its exit
+// marker, or errNoMarker. If the process happens to be the host's child,
+// it is reaped too.
+func reapAdopted(p *process) (int, error) {
+	if rc, err := p.pidfd.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) {
+			var info unix.Siginfo
+			unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG, nil)
+		})
+	}
+	code, ok := readMarker(p.run)
+	if !ok {
+		return exitUnknown, errNoMarker
+	}
+	return code, nil
+}
+
+// fileReader follows a job's output file. At the end of the file it waits
+// for an inotify event on it (the read deadline applies to that wait) and
+// reports io.EOF once the shell has exited. While it reads, it keeps the
+// file's disk use bounded by punching holes into the part between the head
+// and the tail that it has read already; offsets stay those of the stream.
+type fileReader struct {
+	f      *os.File // the output file, read and write (punching needs write)
+	in     *os.File // the inotify instance, non-blocking, in the poller
+	exited func() bool
+	ev     []byte
+	lim    readLimits
+	off    int64 // bytes read
+	hole   int64 // the end of the punched range; its start is lim.keep
+}
+
+// readLimits bounds a job's output file on disk.
+type readLimits struct {
+	keep int64 // the head, rounded up: never punched
+	tail int64 // bytes before the read offset that are never punched
+	max  int64 // the disk use that triggers a punch
+}
+
+func newFileReader(name string, exited func() bool, lim readLimits) (*fileReader, error) {
+	f, err := os.OpenFile(name, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("inotify: %w", err)
+	}
+	if _, err := unix.InotifyAddWatch(fd, name, unix.IN_MODIFY|unix.IN_CLOSE_WRITE); err != nil {
+		unix.Close(fd)
+		f.Close()
+		return nil, fmt.Errorf("inotify: %w", err)
+	}
+	// Non-blocking, so os.NewFile puts it in the poller and read
+	// deadlines work on it.
+	return &fileReader{f: f, in: os.NewFile(uintptr(fd), "inotify"), exited: exited,
+		ev: make([]byte, 4096), lim: lim, hole: lim.keep}, nil
+}
+
+func (r *fileReader) Read(p []byte) (int, error) {
+	for {
+		n, err := r.f.Read(p)
+		if n > 0 {
+			r.off += int64(n)
+			r.punch()
+			return n, nil
+		}
+		if err != nil && err != io.EOF {
+			return 0, err
+		}
+		if r.exited() {
+			// What the shell wrote just before it exited.
+			if n, _ := r.f.Read(p); n > 0 {
+				r.off += int64(n)
+				return n, nil
+			}
+			return 0, io.EOF
+		}
+		// The watch predates the child, and events queue: a write after
+		// the read above is never missed.
+		if _, err := r.in.Read(r.ev); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// punch frees the disk blocks of output that has been read and lies
+// between the kept head and the last lim.tail bytes read, once the file
+// uses more than lim.max bytes. FALLOC_FL_KEEP_SIZE keeps the file's size
+// and so every offset; the holes read as zeros and only ever fall where
+// the registry drops bytes anyway.
+func (r *fileReader) punch() {
+	if r.lim.max <= 0 || r.lim.keep+(r.off-r.hole) <= r.lim.max {
+		return
+	}
+	to := (r.off - r.lim.tail) &^ 4095
+	if to <= r.hole {
+		return
+	}
+	if err := unix.Fallocate(int(r.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, r.hole, to-r.hole); err != nil {
+		r.lim.max = 0 // not supported by this file system: stop trying
+		return
+	}
+	r.hole = to
+}
+
+func (r *fileReader) SetReadDeadline(t time.Time) error { return r.in.SetReadDeadline(t) }
+
+func (r *fileReader) Close() error {
+	return errors.Join(r.in.Close(), r.f.Close())
+}

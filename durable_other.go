@@ -1,0 +1,32 @@
+//go:build !linux
+
+package bgjob
+
+import (
+	"fmt"
+	"runtime"
+)
+
+// Durable mode needs pidfds and inotify, so for now it is Linux only.
+
+const wrapperShell = ""
+
+func durableCheck() error {
+	return fmt.Errorf("durable mode on %s: %w", runtime.GOOS, ErrUnsupported)
+}
+
+type readLimits struct{ keep, tail, max int64 }
+
+func startDurable([]string, string, []string, string, string, func() bool, readLimits) (*process, outputReader, error) {
+	return nil, nil, ErrUnsupported
+}
+
+func procStart(int) (uint64, bool, bool) { return 0, false, false }
+
+func bootID() string { return "" }
+
+func adoptProcess(int, uint64, string, func() bool, readLimits) (*process, outputReader, error) {
+	return nil, nil, errGone
+}
+
+func reapAdopted(*process) (int, error) { return exitUnknown, ErrUnsupported }
