@@ -37,7 +37,8 @@ func run(args []string) int {
 	fs := flag.NewFlagSet("mcpserver", flag.ContinueOnError)
 	var opts Options
 	fs.StringVar(&opts.Jail, "dir", "", "run commands only in this directory or below it (symlinks resolved); also the default cwd")
-	fs.StringVar(&opts.StateDir, "state-dir", "", "keep jobs on disk so they survive a restart (durable mode; not yet available in bgjob)")
+	fs.StringVar(&opts.StateDir, "state-dir", "", "keep jobs on disk so they survive a restart of the server (durable mode, Linux); connections then share the session of -session")
+	fs.StringVar(&opts.Session, "session", "", `the bgjob session of every connection (default: one per connection; "default" with -state-dir)`)
 	fs.IntVar(&opts.MaxRunning, "max-running", 0, "most jobs running at once (0: bgjob's default, 64)")
 	fs.DurationVar(&opts.ProgressInterval, "progress-interval", defaultProgressInterval, "how often a waiting shell call sends a progress notification")
 	fs.DurationVar(&opts.KillGrace, "kill-grace", 0, "time between SIGTERM and SIGKILL when a job is stopped (0: bgjob's default, 2s)")
@@ -59,7 +60,7 @@ func run(args []string) int {
 	srv, err := New(opts)
 	switch {
 	case errors.Is(err, bgjob.ErrUnsupported) && opts.StateDir != "":
-		fmt.Fprintf(os.Stderr, "mcpserver: -state-dir: durable mode is not available in this version of bgjob (%v)\n", err)
+		fmt.Fprintf(os.Stderr, "mcpserver: -state-dir: durable mode is not available on this platform (%v)\n", err)
 		return 2
 	case err != nil:
 		fmt.Fprintf(os.Stderr, "mcpserver: %v\n", err)

@@ -29,9 +29,19 @@ type Options struct {
 	// If MaxRunning is 0, bgjob's default (64) applies.
 	MaxRunning int
 
-	// StateDir turns on bgjob's durable mode. The library does not have
-	// it yet, so New fails with an error wrapping bgjob.ErrUnsupported.
+	// StateDir turns on bgjob's durable mode (Linux): jobs are kept on
+	// disk and outlive the server. Connections then share one bgjob
+	// session (Session, or "default"), so that a restarted server (a new
+	// connection) still sees the jobs started before; a connection's
+	// end no longer cancels its jobs, and Close lets the running jobs go
+	// on (bgjob.Registry.Detach) for the next server to adopt. Where
+	// durable mode is unsupported, New fails with an error wrapping
+	// bgjob.ErrUnsupported.
 	StateDir string
+
+	// Session, if set, is the bgjob session of every connection, instead
+	// of one session per connection.
+	Session string
 
 	// ProgressInterval is how often a waiting shell call sends a progress
 	// notification (when the client asked for them). If it is 0, 1s.
@@ -55,15 +65,20 @@ type Options struct {
 // Server is an MCP server whose tools run shell commands as bgjob jobs.
 //
 // Each MCP client connection is one bgjob session: its jobs are invisible
-// to every other connection, and they are cancelled when it ends. A Server
-// is safe for use by many goroutines; [Server.Close] stops it.
+// to every other connection, and they are cancelled when it ends. With
+// Options.Session or Options.StateDir set, all connections share one
+// session instead and its jobs outlive them. A Server is safe for use by
+// many goroutines; [Server.Close] stops it.
 type Server struct {
-	mcp    *mcp.Server
-	reg    *bgjob.Registry
-	log    *slog.Logger
-	jail   string // symlink-resolved Options.Jail, or ""
-	notify *notifier
-	once   sync.Once // closes notify
+	mcp   *mcp.Server
+	reg   *bgjob.Registry
+	log   *slog.Logger
+	jail  string // symlink-resolved Options.Jail, or ""
+	fixed string // Options.Session, or "default" in durable mode: every connection's session
+	// durable: Options.StateDir is set; Close detaches instead of stopping jobs.
+	durable bool
+	notify  *notifier
+	once    sync.Once // closes notify
 
 	// watchers counts the goroutines that wait for a connection to end
 	// (one per Connect); Close waits for them.
@@ -107,12 +122,17 @@ func New(opts Options) (*Server, error) {
 	if cfg.ProgressInterval == 0 {
 		cfg.ProgressInterval = defaultProgressInterval
 	}
+	s.fixed = opts.Session
 	if opts.StateDir != "" {
 		abs, err := filepath.Abs(opts.StateDir)
 		if err != nil {
 			return nil, fmt.Errorf("state dir: %w", err)
 		}
 		cfg.StateDir = abs
+		s.durable = true
+		if s.fixed == "" {
+			s.fixed = "default"
+		}
 	}
 	if opts.Jail != "" {
 		jail, err := resolveDir(opts.Jail)
@@ -256,13 +276,15 @@ func (s *Server) session(ss *mcp.ServerSession) string {
 		return id
 	}
 	id := ss.ID()
-	if id == "" {
+	if s.fixed != "" {
+		id = s.fixed
+	} else if id == "" {
 		var b [12]byte
 		rand.Read(b[:])
 		id = "conn_" + hex.EncodeToString(b[:])
 	}
 	s.sessions[ss] = id
-	s.byID[id] = ss
+	s.byID[id] = ss // with a fixed session: the latest connection gets its notifications
 	return id
 }
 
@@ -271,11 +293,20 @@ func (s *Server) endSession(ss *mcp.ServerSession) {
 	s.mu.Lock()
 	id, ok := s.sessions[ss]
 	delete(s.sessions, ss)
-	if ok {
+	if ok && s.byID[id] == ss {
 		delete(s.byID, id)
 	}
+	shared := s.fixed != ""
 	s.mu.Unlock()
 	if !ok {
+		return
+	}
+	if shared {
+		// Other connections (or the next server) may still use the
+		// session's jobs: leave them running.
+		if s.onSessionEnd != nil {
+			s.onSessionEnd(id)
+		}
 		return
 	}
 	var wg sync.WaitGroup
@@ -295,7 +326,8 @@ func (s *Server) endSession(ss *mcp.ServerSession) {
 	}
 }
 
-// Close ends every connection, stops every running job and waits for all
+// Close ends every connection, stops every running job (in durable mode:
+// releases them, running, for the next server to adopt) and waits for all
 // the goroutines of the server and its registry. ctx bounds the polite
 // stop of the jobs, as in bgjob.Registry.Close.
 func (s *Server) Close(ctx context.Context) error {
@@ -310,7 +342,13 @@ func (s *Server) Close(ctx context.Context) error {
 		_ = ss.Close()
 	}
 	s.watchers.Wait()
-	err := s.reg.Close(ctx)
+	var err error
+	if s.durable {
+		// Let running jobs go on for the next server to adopt.
+		err = s.reg.Detach()
+	} else {
+		err = s.reg.Close(ctx)
+	}
 	// The registry calls OnComplete for the jobs it stops; the notifier
 	// drops those, as their connections are gone, and then ends.
 	s.once.Do(s.notify.close)

@@ -672,13 +672,32 @@ func TestMaxRunning(t *testing.T) {
 	c.mustCall("shell", map[string]any{"command": "true"}, nil)
 }
 
-func TestStateDirUnsupported(t *testing.T) {
-	_, err := New(Options{StateDir: t.TempDir()})
-	if !errors.Is(err, bgjob.ErrUnsupported) {
-		t.Errorf("New with StateDir: got %v; want ErrUnsupported", err)
+func TestStateDirJobSurvivesRestart(t *testing.T) {
+	state := t.TempDir()
+	first, err := New(Options{StateDir: state, KillGrace: 200 * time.Millisecond})
+	if errors.Is(err, bgjob.ErrUnsupported) {
+		t.Skipf("durable mode: %v", err)
 	}
-	if code := run([]string{"-state-dir", t.TempDir()}); code != 2 {
-		t.Errorf("run -state-dir: got exit %d; want 2", code)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := connect(t, first)
+	id := c.background("sleep 0.5; echo survived")
+	// A second connection to the same durable server shares the session.
+	if st := connect(t, first).mustCall("shell_status", map[string]any{"job_id": id}, nil); st.IsError {
+		t.Errorf("another connection cannot see %s", id)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
+	defer cancel()
+	if err := first.Close(ctx); err != nil { // lets the job go on
+		t.Fatalf("Close: %v", err)
+	}
+
+	second := newTestServer(t, Options{StateDir: state})
+	var res JobResult
+	connect(t, second).mustCall("shell_wait", map[string]any{"job_id": id, "timeout_ms": testDeadline.Milliseconds()}, &res)
+	if res.State != "exited" || res.ExitCode == nil || *res.ExitCode != 0 || res.Output != "survived\n" {
+		t.Errorf("after a restart: %+v; want exited 0 with its output", res)
 	}
 }
 

@@ -261,9 +261,26 @@ test('two clients cannot see each other\'s jobs', async () => {
   }
 });
 
-test('-state-dir fails with a clear error', async () => {
-  const { spawnSync } = await import('node:child_process');
-  const r = spawnSync(bin, ['-state-dir', join(tmp, 'state')], { encoding: 'utf8', input: '' });
-  assert.equal(r.status, 2);
-  assert.match(r.stderr, /durable mode is not available/);
+test('-state-dir: a background job survives a restart of the server', async () => {
+  const state = join(tmp, 'state');
+  const first = await start(['-state-dir', state]);
+  let id;
+  try {
+    const res = await first.ok('shell', { command: 'sleep 1; echo survived', background: true });
+    id = res.structuredContent.job_id;
+    assert.equal(res.structuredContent.state, 'running');
+  } finally {
+    await first.close(); // the server exits and lets the job go on
+  }
+  const second = await start(['-state-dir', state]);
+  try {
+    const w = (await second.ok('shell_wait', { job_id: id, timeout_ms: DEADLINE_MS })).structuredContent;
+    assert.equal(w.state, 'exited');
+    assert.equal(w.exit_code, 0);
+    const st = (await second.ok('shell_status', { job_id: id })).structuredContent;
+    assert.equal(st.output, 'survived\n');
+    assert.equal(st.done, true);
+  } finally {
+    await second.close();
+  }
 });
