@@ -142,14 +142,18 @@ func (st *store) sessionDir(session string) string {
 }
 
 // writeFileSync writes name in dir durably: a temporary file, fsync,
-// rename, fsync of the folder.
+// rename, fsync of the folder. The temporary file is not truncated before
+// the write, so blocks reserved in it (see reserveSpare) are used.
 func writeFileSync(dir, name string, data []byte) error {
 	tmp := filepath.Join(dir, name+".tmp")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE, 0o600)
 	if err != nil {
 		return err
 	}
 	_, err = f.Write(data)
+	if err == nil {
+		err = f.Truncate(int64(len(data)))
+	}
 	if err == nil {
 		err = f.Sync()
 	}
@@ -186,15 +190,32 @@ func (r *Registry) writeRecordLocked(j *job) {
 	}
 	if err != nil {
 		r.cfg.Logger.Warn("bgjob: write record", "id", j.id, "err", err)
+		return
 	}
+	// Keep room for the next update (its end, its delivery), taken as the
+	// rename frees the old record's, so it can be written on a full disk.
+	reserveSpare(filepath.Join(j.run, recordFile+".tmp"), int64(len(b))+1024)
 }
 
-// readRecord reads and checks a run folder's record.
+// readRecord reads and checks a run folder's record, which must name the
+// folder's job and generation.
 func readRecord(run string) (*record, error) {
 	b, err := os.ReadFile(filepath.Join(run, recordFile))
 	if err != nil {
 		return nil, err
 	}
+	rec, err := decodeRecord(b)
+	if err != nil {
+		return nil, err
+	}
+	if filepath.Base(run) != string(rec.ID)+"."+strconv.FormatUint(rec.Gen, 10) {
+		return nil, fmt.Errorf("record of %s.%d in folder %s", rec.ID, rec.Gen, filepath.Base(run))
+	}
+	return rec, nil
+}
+
+// decodeRecord parses a record and checks what replay relies on.
+func decodeRecord(b []byte) (*record, error) {
 	var rec record
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return nil, err
@@ -204,6 +225,9 @@ func readRecord(run string) (*record, error) {
 		return nil, fmt.Errorf("record version %d; want %d", rec.Version, recordVersion)
 	case !strings.HasPrefix(string(rec.ID), "job_"):
 		return nil, fmt.Errorf("record ID %q", rec.ID)
+	case rec.Gen == 0 || rec.Gen > 1<<62:
+		// Replay continues the generations after the largest it finds.
+		return nil, fmt.Errorf("record generation %d", rec.Gen)
 	case rec.State != stateStarting && parseState(rec.State) < 0:
 		return nil, fmt.Errorf("record state %q", rec.State)
 	}

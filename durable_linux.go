@@ -34,7 +34,7 @@ shift
 exec 3>&2 2>/dev/null
 ` + wrapperShell + ` -c 'exec "$@" 2>&3 3>&-' sh "$@"
 s=$?
-echo "$s" >"$d/exit.tmp" && command -p mv -f "$d/exit.tmp" "$d/exit"
+echo "$s" 1<>"$d/exit.tmp" && command -p mv -f "$d/exit.tmp" "$d/exit"
 exit "$s"`
 
 // wrapperShell is the shell that runs wrapperScript.
@@ -70,11 +70,18 @@ func startDurable(argv []string, dir string, env []string, stdin, run string, ex
 	}
 	defer unix.Close(out)
 	// The marker's mode is set here: the wrapper's umask is the job's.
+	// Its block is reserved now, and the wrapper writes into it without
+	// truncating (1<>), so that a job ending on a full disk still leaves
+	// its status.
 	tmp, err := unix.Open(filepath.Join(run, markerFile+".tmp"), unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, nil, fmt.Errorf("exit marker: %w", err)
 	}
+	err = unix.Fallocate(tmp, unix.FALLOC_FL_KEEP_SIZE, 0, 4096)
 	unix.Close(tmp)
+	if err != nil && err != unix.EOPNOTSUPP {
+		return nil, nil, fmt.Errorf("exit marker: %w", err)
+	}
 	rd, err := newFileReader(name, exited, lim)
 	if err != nil {
 		return nil, nil, fmt.Errorf("output: %w", err)
@@ -289,4 +296,19 @@ func (r *fileReader) SetReadDeadline(t time.Time) error { return r.in.SetReadDea
 
 func (r *fileReader) Close() error {
 	return errors.Join(r.in.Close(), r.f.Close())
+}
+
+// reserveSpare allocates, without changing its size, room for n bytes in
+// the file name, so that the next write of that many bytes cannot fail
+// for want of space. It is best effort: on failure it removes the file.
+func reserveSpare(name string, n int64) {
+	fd, err := unix.Open(name, unix.O_WRONLY|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return
+	}
+	err = unix.Fallocate(fd, unix.FALLOC_FL_KEEP_SIZE, 0, (n+4095)&^4095)
+	unix.Close(fd)
+	if err != nil {
+		os.Remove(name)
+	}
 }

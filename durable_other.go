@@ -30,3 +30,5 @@ func adoptProcess(int, uint64, string, func() bool, readLimits) (*process, outpu
 }
 
 func reapAdopted(*process) (int, error) { return exitUnknown, ErrUnsupported }
+
+func reserveSpare(string, int64) {}

@@ -2,14 +2,12 @@ package bgjob
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
 )
 
-// FuzzRecord feeds arbitrary bytes to readRecord, the decoder of a run
+// FuzzRecord feeds arbitrary bytes to decodeRecord, the decoder of a run
 // folder's record.json, which replay trusts. It must never panic; a
 // record it accepts must pass its own checks, and must come back equal
 // through the encoder (json.Marshal, as writeRecordLocked writes it) and
@@ -39,16 +37,11 @@ func FuzzRecord(f *testing.F) {
 	f.Add([]byte(`{"version":"1","id":7,"state":true,"gen":-1,"started":0}`))
 	f.Add([]byte(`{"version":1,"id":"job_1","state":"exited","started":"2026-01-02T03:04:05Z","ended":"0001-01-01T01:00:00+01:00"}`))
 
-	dir := f.TempDir() // one per fuzzing process; the calls in it are sequential
 	f.Fuzz(func(t *testing.T, data []byte) {
-		name := filepath.Join(dir, recordFile)
-		if err := os.WriteFile(name, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		rec, err := readRecord(dir)
+		rec, err := decodeRecord(data)
 		if err != nil {
 			if rec != nil {
-				t.Fatalf("readRecord returned a record with error %v", err)
+				t.Fatalf("decodeRecord returned a record with error %v", err)
 			}
 			return
 		}
@@ -61,10 +54,7 @@ func FuzzRecord(f *testing.F) {
 		if err != nil {
 			t.Fatalf("accepted record does not encode: %v: %+v", err, rec)
 		}
-		if err := os.WriteFile(name, enc, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		back, err := readRecord(dir)
+		back, err := decodeRecord(enc)
 		if err != nil {
 			t.Fatalf("re-encoded record rejected: %v\ninput %q\nencoded %s", err, data, enc)
 		}

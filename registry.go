@@ -484,6 +484,10 @@ func (r *Registry) spawn(j *job) {
 	if j.run != "" {
 		// The record exists before the process does.
 		if err := r.prepareRun(j); err != nil {
+			// Leave no half-made folder for the next replay to quarantine.
+			j.recMu.Lock()
+			r.removeRunLocked(j)
+			j.recMu.Unlock()
 			r.finish(j, outcome{state: Failed, exitCode: exitUnknown, reason: "state: " + err.Error()})
 			r.wg.Done()
 			return
