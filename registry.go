@@ -158,8 +158,9 @@ func New(cfg Config) (*Registry, error) {
 		r.sweep()
 		for _, a := range adopted {
 			r.wg.Add(2) // the waiter and the supervisor
-			go r.await(a.j, a.p)
-			go r.supervise(a.j, a.p, a.rd)
+			waited := make(chan struct{})
+			go r.await(a.j, a.p, waited)
+			go r.supervise(a.j, a.p, a.rd, waited)
 		}
 	}
 	return r, nil
@@ -532,15 +533,17 @@ func (r *Registry) spawn(j *job) {
 		t.JobStarted(Event{ID: j.id, Session: j.spec.Session, State: Running, ExitCode: exitUnknown, Background: bg})
 	}
 	r.wg.Add(1) // the waiter
-	go r.await(j, p)
-	go r.supervise(j, p, rd)
+	waited := make(chan struct{})
+	go r.await(j, p, waited)
+	go r.supervise(j, p, rd, waited)
 }
 
 // await is the waiter goroutine: it blocks until the shell exits, without
 // reaping it (so its process group ID cannot be reused while the
 // supervisor may still signal it), then wakes the supervisor.
-func (r *Registry) await(j *job, p *process) {
+func (r *Registry) await(j *job, p *process, waited chan<- struct{}) {
 	defer r.wg.Done()
+	defer close(waited)
 	if err := p.wait(); err != nil && err != errReleased {
 		r.cfg.Logger.Warn("bgjob: wait", "id", j.id, "pid", p.pid, "err", err)
 	}

@@ -48,7 +48,7 @@ type outputReader interface {
 // It waits on events only: a read that returns data, EOF or its deadline
 // (the next timer), or a poke from Cancel, Close or the waiter, which
 // interrupts the read by moving its deadline into the past.
-func (r *Registry) supervise(j *job, p *process, rd outputReader) {
+func (r *Registry) supervise(j *job, p *process, rd outputReader, waited <-chan struct{}) {
 	defer r.wg.Done()
 	grace := r.cfg.KillGrace
 	wall := j.started.Add(min(j.timeout, maxTimeout))
@@ -160,6 +160,7 @@ func (r *Registry) supervise(j *job, p *process, rd outputReader) {
 		j.rd.Store(nil)
 		rd.Close()
 		p.unwatch()
+		<-waited
 		p.release()
 		return
 	}
@@ -220,9 +221,12 @@ func (r *Registry) supervise(j *job, p *process, rd outputReader) {
 		}
 	}
 	j.rd.Store(nil)
+	r.finish(j, o)
+	// The waiter has seen the exit (that is how this loop ended) and is
+	// ending; only then may its handle go. This is off the caller's path.
+	<-waited
 	rd.Close()
 	p.release()
-	r.finish(j, o)
 }
 
 // pending reports whether the job has a request or flag the supervisor
