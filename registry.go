@@ -996,23 +996,11 @@ func (f *final) readmitted(a Admitted) *final {
 // goroutine the registry started. If ctx ends first, the jobs still
 // running are killed at once (SIGKILL), the context the Admitter gets is
 // cancelled (so a final text still being admitted may be withheld), and
-// Close returns ctx.Err() wrapped once the jobs are gone. After Close, Start, RunForeground and
-// Readmit fail with ErrClosed; Status, Read, List and Completions go on
-// serving what was retained. Close is idempotent.
+// Close returns ctx.Err() wrapped once the jobs are gone. After Close,
+// Start, RunForeground and Readmit fail with ErrClosed; Status, Read, List
+// and Completions go on serving what was retained. Close is idempotent.
 func (r *Registry) Close(ctx context.Context) error {
-	r.mu.Lock()
-	r.closed = true
-	var js []*job
-	for _, j := range r.jobs {
-		if !j.finished {
-			js = append(js, j)
-		}
-	}
-	r.mu.Unlock()
-	for _, j := range js {
-		j.stopReq.CompareAndSwap(stopNone, stopClose)
-		j.poke()
-	}
+	js, _ := r.shut(stopClose)
 	all := make(chan struct{})
 	go func() { // ends when the jobs' goroutines have; Close waits for it
 		r.wg.Wait()
@@ -1053,10 +1041,23 @@ func (r *Registry) Detach() error {
 	if r.st == nil {
 		return fmt.Errorf("bgjob: detach: durable mode (Config.StateDir): %w", ErrUnsupported)
 	}
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
+	if _, was := r.shut(stopDetach); was {
 		return ErrClosed
+	}
+	r.wg.Wait()
+	r.abort()
+	return nil
+}
+
+// shut marks the registry closed and passes req (stopClose or stopDetach)
+// to every unfinished job. It returns those jobs, and whether the
+// registry was closed already; a Detach then does nothing.
+func (r *Registry) shut(req int32) ([]*job, bool) {
+	r.mu.Lock()
+	was := r.closed
+	if was && req == stopDetach {
+		r.mu.Unlock()
+		return nil, true
 	}
 	r.closed = true
 	var js []*job
@@ -1067,12 +1068,10 @@ func (r *Registry) Detach() error {
 	}
 	r.mu.Unlock()
 	for _, j := range js {
-		j.stopReq.CompareAndSwap(stopNone, stopDetach)
+		j.stopReq.CompareAndSwap(stopNone, req)
 		j.poke()
 	}
-	r.wg.Wait()
-	r.abort()
-	return nil
+	return js, was
 }
 
 func (r *Registry) isClosed() bool {
