@@ -221,12 +221,13 @@ func (r *Registry) supervise(j *job, p *process, rd outputReader, waited <-chan 
 		}
 	}
 	j.rd.Store(nil)
-	r.finish(j, o)
-	// The waiter has seen the exit (that is how this loop ended) and is
-	// ending; only then may its handle go. This is off the caller's path.
-	<-waited
 	rd.Close()
+	// The waiter has seen the exit (that is how the loop above ended) and
+	// is ending; only then may its handle go. The handles are closed
+	// before the job is finished, so that a Wait that returns sees none.
+	<-waited
 	p.release()
+	r.finish(j, o)
 }
 
 // pending reports whether the job has a request or flag the supervisor
