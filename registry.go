@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -396,7 +397,7 @@ func (r *Registry) prepare(spec Spec) (Spec, ID, time.Duration, error) {
 		return Spec{}, "", 0, specError("IdleTimeout", "negative (%v)", spec.IdleTimeout)
 	}
 	spec.Dir = dir
-	spec.Env = maps_clone(spec.Env)
+	spec.Env = maps.Clone(spec.Env)
 	timeout := spec.Timeout
 	if timeout == 0 {
 		timeout = r.cfg.DefaultTimeout
@@ -437,17 +438,6 @@ func specError(field, format string, args ...any) error {
 
 func hasNUL(s string) bool { return strings.IndexByte(s, 0) >= 0 }
 
-func maps_clone(m map[string]string) map[string]string {
-	if m == nil {
-		return nil
-	}
-	c := make(map[string]string, len(m))
-	for k, v := range m {
-		c[k] = v
-	}
-	return c
-}
-
 // mergeEnv returns base with each "KEY=value" of the lists after it set,
 // later entries replacing earlier ones of the same key.
 func mergeEnv(base []string, lists ...[]string) []string {
@@ -482,6 +472,11 @@ func mergeEnv(base []string, lists ...[]string) []string {
 // cancelled first or its process cannot start. It runs outside any lock
 // and owns the launch's count in r.wg.
 func (r *Registry) spawn(j *job) {
+	// end finishes a job that never got a process.
+	end := func(o outcome) {
+		r.finish(j, o)
+		r.wg.Done()
+	}
 	if j.run != "" {
 		// The record exists before the process does.
 		if err := r.prepareRun(j); err != nil {
@@ -489,8 +484,7 @@ func (r *Registry) spawn(j *job) {
 			j.recMu.Lock()
 			r.removeRunLocked(j)
 			j.recMu.Unlock()
-			r.finish(j, outcome{state: Failed, exitCode: exitUnknown, reason: "state: " + err.Error()})
-			r.wg.Done()
+			end(outcome{state: Failed, exitCode: exitUnknown, reason: "state: " + err.Error()})
 			return
 		}
 	}
@@ -500,8 +494,7 @@ func (r *Registry) spawn(j *job) {
 	if req := j.stopReq.Load(); req != stopNone {
 		// A Cancel (or Close) that arrives before the process exists
 		// prevents the spawn.
-		r.finish(j, outcome{state: Cancelled, exitCode: exitCancelled, reason: stopReason(req) + " before start"})
-		r.wg.Done()
+		end(outcome{state: Cancelled, exitCode: exitCancelled, reason: stopReason(req) + " before start"})
 		return
 	}
 	var (
@@ -515,8 +508,7 @@ func (r *Registry) spawn(j *job) {
 		p, rd, err = r.start(j.argv, j.spec.Dir, j.env, j.spec.Stdin)
 	}
 	if err != nil {
-		r.finish(j, outcome{state: Failed, exitCode: exitUnknown, reason: "spawn: " + err.Error()})
-		r.wg.Done()
+		end(outcome{state: Failed, exitCode: exitUnknown, reason: "spawn: " + err.Error()})
 		return
 	}
 	if j.run != "" {
