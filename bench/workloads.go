@@ -145,18 +145,25 @@ type spawnResult struct {
 	like   time.Duration // os/exec set up like bgjob (osExecLikeBgjob)
 }
 
+// shuffled returns the order of the implementations for one round: a
+// fresh random order each round, so that no implementation always runs
+// just after the same other one and pays for its leftovers (go-cmd, for
+// one, is still tearing down when its status arrives). A rotation would
+// not do: it keeps every implementation's predecessor fixed.
+func shuffled(rng *rand.Rand, n int) []int { return rng.Perm(n) }
+
 // runSpawn starts and waits for `true` n times with each implementation,
-// sequentially, rotating which goes first so that none always runs just
-// after another's garbage. It returns the median time per job.
+// sequentially, in a random order each round. It returns the median time
+// per job.
 func runSpawn(n int) spawnResult {
 	reg := newRegistry(bgjob.Config{})
 	defer closeRegistry(reg)
 	three := runners(reg, "true")
 	rs := append(three[:], osExecLikeBgjob("true"))
 	samples := make([]stat, len(rs))
+	rng := rand.New(rand.NewPCG(3, 4))
 	for i := range n + n/10 {
-		for k := range rs {
-			impl := (i + k) % len(rs)
+		for _, impl := range shuffled(rng, len(rs)) {
 			t0 := time.Now()
 			_, err := rs[impl]()
 			d := time.Since(t0)
@@ -195,9 +202,9 @@ func runForeground(n int) fgResult {
 	defer closeRegistry(reg)
 	rs := runners(reg, "true")
 	var samples [nImpl]stat
+	rng := rand.New(rand.NewPCG(5, 6))
 	for i := range n + n/10 {
-		for k := range nImpl {
-			impl := (i + k) % nImpl
+		for _, impl := range shuffled(rng, nImpl) {
 			w.reset()
 			pid, err := rs[impl]()
 			ret := monoNow()
