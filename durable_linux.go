@@ -89,7 +89,7 @@ func startDurable(argv []string, dir string, env []string, stdin, run string, ex
 	wargv := make([]string, 0, len(argv)+5)
 	wargv = append(wargv, wrapperShell, "-c", wrapperScript, "sh", run, path)
 	wargv = append(wargv, argv[1:]...)
-	p, err := forkJob(wargv, dir, env, stdin, out)
+	p, err := forkJob(wargv, dir, env, stdin, out, true)
 	if err != nil {
 		rd.Close()
 		return nil, nil, err
@@ -164,7 +164,7 @@ func adoptProcess(pid int, start uint64, run string, exited func() bool, lim rea
 		unix.Close(fd)
 		return nil, nil, err
 	}
-	return &process{pid: pid, pidfd: os.NewFile(uintptr(fd), "pidfd"), adopted: true, run: run}, rd, nil
+	return &process{pid: pid, pidfd: os.NewFile(uintptr(fd), "pidfd"), pidfdNum: fd, adopted: true, run: run}, rd, nil
 }
 
 // waitAdopted blocks until an adopted process has exited: its pidfd turns

@@ -23,8 +23,9 @@ func envKey(k string) string { return k }
 // process is a job's shell: the leader of a new session and process group
 // whose ID is its PID.
 type process struct {
-	pid   int
-	pidfd *os.File // Linux: the shell's pidfd, if the kernel gave one
+	pid      int
+	pidfd    *os.File // Linux: the shell's pidfd, if the kernel gave one
+	pidfdNum int      // its number, or -1
 
 	// adopted marks a process that a durable Registry found running at
 	// New: not its child, so it is watched through its pidfd and its
@@ -53,8 +54,11 @@ func startProcess(argv []string, dir string, env []string, stdin string) (*proce
 		return nil, nil, fmt.Errorf("pipe: %w", err)
 	}
 	growPipe(pfd[0])
-	rd := os.NewFile(uintptr(pfd[0]), "|0")
-	p, err := forkJob(argv, dir, env, stdin, pfd[1])
+	rd, err := openOutput(pfd[0])
+	if err != nil {
+		return nil, nil, fmt.Errorf("pipe: %w", err)
+	}
+	p, err := forkJob(argv, dir, env, stdin, pfd[1], pollPidfd(rd))
 	if err != nil {
 		rd.Close()
 		return nil, nil, err
@@ -64,8 +68,9 @@ func startProcess(argv []string, dir string, env []string, stdin string) (*proce
 
 // forkJob starts argv in a new session with the given directory and
 // environment, stdin as its input and the descriptor out as both stdout
-// and stderr.
-func forkJob(argv []string, dir string, env []string, stdin string, out int) (*process, error) {
+// and stderr. With poll set, the shell's pidfd (where there is one) goes
+// into the runtime's poller, for a waiter goroutine to wait on.
+func forkJob(argv []string, dir string, env []string, stdin string, out int, poll bool) (*process, error) {
 	path, err := lookShell(argv[0])
 	if err != nil {
 		return nil, err
@@ -89,11 +94,12 @@ func forkJob(argv []string, dir string, env []string, stdin string, out int) (*p
 		}
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	p := &process{pid: pid}
+	p := &process{pid: pid, pidfdNum: -1}
 	if pidfd >= 0 {
-		// Non-blocking, so that the runtime's poller can wait on it.
-		if err := unix.SetNonblock(pidfd, true); err == nil {
-			p.pidfd = os.NewFile(uintptr(pidfd), "pidfd")
+		// Non-blocking, so that the runtime's poller can wait on it; a
+		// blocking descriptor stays out of the poller.
+		if !poll || unix.SetNonblock(pidfd, true) == nil {
+			p.pidfd, p.pidfdNum = os.NewFile(uintptr(pidfd), "pidfd"), pidfd
 		} else {
 			unix.Close(pidfd)
 		}

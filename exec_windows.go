@@ -747,3 +747,7 @@ func enableSubreaper() error { return ErrUnsupported }
 
 // unwatch is for Detach, which durable mode alone has: never on Windows.
 func (p *process) unwatch() {}
+
+// watchExit reports whether rd will report the exit of p: on Windows it
+// never does, and a waiter goroutine waits on the process handle.
+func watchExit(outputReader, *process) bool { return false }

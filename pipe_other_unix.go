@@ -3,10 +3,24 @@
 package bgjob
 
 import (
+	"os"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 )
+
+// openOutput makes the reader of a job's output pipe, whose read end fd
+// must be non-blocking: the pipe itself, in the runtime's poller. It
+// takes fd over.
+func openOutput(fd int) (outputReader, error) { return os.NewFile(uintptr(fd), "|0"), nil }
+
+// pollPidfd reports whether a pidfd should sit in the runtime's poller:
+// there is none here.
+func pollPidfd(outputReader) bool { return true }
+
+// watchExit reports whether rd will report the exit of p: here it never
+// does, and a waiter goroutine waits for it.
+func watchExit(outputReader, *process) bool { return false }
 
 // rawPipe makes a pipe whose ends close on exec. There is no pipe2 here:
 // hold the fork lock so no child inherits the ends in between.

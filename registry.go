@@ -161,7 +161,7 @@ func New(cfg Config) (*Registry, error) {
 			r.wg.Add(2) // the waiter and the supervisor
 			waited := make(chan struct{})
 			go r.await(a.j, a.p, waited)
-			go r.supervise(a.j, a.p, a.rd, waited)
+			go r.newSupervisor(a.j, a.p, a.rd, waited, false).run()
 		}
 	}
 	return r, nil
@@ -179,7 +179,7 @@ func New(cfg Config) (*Registry, error) {
 // fails with an error wrapping ErrInvalidSpec, ErrRejected,
 // ErrTooManyRunning, ErrClosed or ctx.Err() when no job was launched.
 func (r *Registry) Start(ctx context.Context, spec Spec) (Snapshot, error) {
-	j, joined, err := r.launch(ctx, spec, false)
+	j, joined, _, err := r.launch(ctx, spec, false)
 	if err != nil {
 		return Snapshot{}, err
 	}
@@ -205,13 +205,16 @@ func (r *Registry) Start(ctx context.Context, spec Spec) (Snapshot, error) {
 // never stops the job. Errors are as for Start.
 func (r *Registry) RunForeground(ctx context.Context, spec Spec, fg Foreground) (Result, error) {
 	begin := time.Now()
-	j, joined, err := r.launch(ctx, spec, true)
+	j, joined, sv, err := r.launch(ctx, spec, true)
 	if err != nil {
 		return Result{}, err
 	}
 	softCap := fg.SoftCap
 	if softCap <= 0 {
 		softCap = defaultSoftCap
+	}
+	if sv != nil {
+		return r.superviseInline(ctx, j, sv, begin, softCap, fg.OnProgress), nil
 	}
 	capTimer := time.NewTimer(softCap)
 	defer capTimer.Stop()
@@ -234,6 +237,44 @@ func (r *Registry) RunForeground(ctx context.Context, spec Spec, fg Foreground) 
 			fg.OnProgress(time.Since(begin))
 			progTimer.Reset(r.cfg.ProgressInterval)
 		}
+	}
+}
+
+// superviseInline is RunForeground for the caller that launched the job:
+// it runs the job's supervisor itself, in its own goroutine, until the
+// job ends, the soft cap passes or ctx is done, and only then hands the
+// supervisor to a goroutine of the job's own. A short job so costs no
+// goroutine and no hand-off between goroutines, which is most of what
+// separates it from a plain os/exec run.
+func (r *Registry) superviseInline(ctx context.Context, j *job, sv *supervisor, begin time.Time, softCap time.Duration, onProgress func(time.Duration)) Result {
+	stop := context.AfterFunc(ctx, j.poke) // interrupts the watch
+	defer stop()
+	capAt := begin.Add(softCap)
+	var progressAt time.Time
+	if onProgress != nil {
+		progressAt = begin.Add(r.cfg.ProgressInterval)
+	}
+	for {
+		until := capAt
+		if onProgress != nil && progressAt.Before(until) {
+			until = progressAt
+		}
+		if sv.watch(until, ctx.Done()) {
+			sv.end()
+			r.wg.Done() // the launch's count, which run would have released
+			select {
+			case <-j.done:
+				return r.collect(j, false)
+			default: // Detach let go of the job: it runs on, unfinished
+				return r.detach(j, false)
+			}
+		}
+		if ctx.Err() != nil || !time.Now().Before(capAt) {
+			go sv.run()
+			return r.detach(j, false)
+		}
+		onProgress(time.Since(begin))
+		progressAt = time.Now().Add(r.cfg.ProgressInterval)
 	}
 }
 
@@ -290,25 +331,27 @@ func (r *Registry) release(j *job) {
 
 // launch validates spec and either joins the running job of the same ID or
 // starts a new one. fg marks a RunForeground caller, who holds the job
-// until it has its result.
-func (r *Registry) launch(ctx context.Context, spec Spec, fg bool) (*job, bool, error) {
+// until it has its result. A new job's supervisor runs in a goroutine of
+// its own, or, for fg, is returned for the caller to run (nil if the job
+// ended at once).
+func (r *Registry) launch(ctx context.Context, spec Spec, fg bool) (*job, bool, *supervisor, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, false, fmt.Errorf("bgjob: launch: %w", err)
+		return nil, false, nil, fmt.Errorf("bgjob: launch: %w", err)
 	}
 	if r.isClosed() {
-		return nil, false, ErrClosed
+		return nil, false, nil, ErrClosed
 	}
 	spec, id, timeout, err := r.prepare(spec)
 	if err != nil {
-		return nil, false, err
+		return nil, false, nil, err
 	}
 	if g := r.cfg.Guard; g != nil {
 		if err := g(ctx, spec); err != nil {
-			return nil, false, fmt.Errorf("%w: %w", ErrRejected, err)
+			return nil, false, nil, fmt.Errorf("%w: %w", ErrRejected, err)
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, false, fmt.Errorf("bgjob: launch: %w", err)
+		return nil, false, nil, fmt.Errorf("bgjob: launch: %w", err)
 	}
 
 	// Most launches in a burst of identical ones join: look first, and
@@ -316,7 +359,7 @@ func (r *Registry) launch(ctx context.Context, spec Spec, fg bool) (*job, bool, 
 	r.mu.Lock()
 	if old := r.jobs[id]; old != nil && !r.closed && r.joinLocked(old, fg) {
 		r.mu.Unlock()
-		return old, true, nil
+		return old, true, nil, nil
 	}
 	r.mu.Unlock()
 	j := r.build(spec, id, timeout)
@@ -324,16 +367,16 @@ func (r *Registry) launch(ctx context.Context, spec Spec, fg bool) (*job, bool, 
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		return nil, false, ErrClosed
+		return nil, false, nil, ErrClosed
 	}
 	// An identical launch may have come while the job was built.
 	if old := r.jobs[id]; old != nil && r.joinLocked(old, fg) {
 		r.mu.Unlock()
-		return old, true, nil
+		return old, true, nil, nil
 	}
 	if r.running >= r.cfg.MaxRunning {
 		r.mu.Unlock()
-		return nil, false, fmt.Errorf("%w (%d)", ErrTooManyRunning, r.cfg.MaxRunning)
+		return nil, false, nil, fmt.Errorf("%w (%d)", ErrTooManyRunning, r.cfg.MaxRunning)
 	}
 	if old := r.jobs[j.id]; old != nil {
 		r.forgetLocked(old) // a finished run: the new one replaces it
@@ -354,8 +397,12 @@ func (r *Registry) launch(ctx context.Context, spec Spec, fg bool) (*job, bool, 
 	r.mu.Unlock()
 
 	r.sweep()
-	r.spawn(j)
-	return j, false, nil
+	sv := r.spawn(j)
+	if !fg && sv != nil {
+		go sv.run()
+		sv = nil
+	}
+	return j, false, sv, nil
 }
 
 // prepare validates spec and returns it with Dir resolved and a private
@@ -468,14 +515,16 @@ func mergeEnv(base []string, lists ...[]string) []string {
 	return out
 }
 
-// spawn starts j's process and its supervisor, or ends j at once if it was
-// cancelled first or its process cannot start. It runs outside any lock
-// and owns the launch's count in r.wg.
-func (r *Registry) spawn(j *job) {
+// spawn starts j's process and returns its supervisor, which the caller
+// must run, or ends j at once and returns nil if it was cancelled first or
+// its process cannot start. It runs outside any lock and owns the
+// launch's count in r.wg, which the supervisor inherits.
+func (r *Registry) spawn(j *job) *supervisor {
 	// end finishes a job that never got a process.
-	end := func(o outcome) {
+	end := func(o outcome) *supervisor {
 		r.finish(j, o)
 		r.wg.Done()
+		return nil
 	}
 	if j.run != "" {
 		// The record exists before the process does.
@@ -484,8 +533,7 @@ func (r *Registry) spawn(j *job) {
 			j.recMu.Lock()
 			r.removeRunLocked(j)
 			j.recMu.Unlock()
-			end(outcome{state: Failed, exitCode: exitUnknown, reason: "state: " + err.Error()})
-			return
+			return end(outcome{state: Failed, exitCode: exitUnknown, reason: "state: " + err.Error()})
 		}
 	}
 	if r.hookSpawn != nil {
@@ -494,8 +542,7 @@ func (r *Registry) spawn(j *job) {
 	if req := j.stopReq.Load(); req != stopNone {
 		// A Cancel (or Close) that arrives before the process exists
 		// prevents the spawn.
-		end(outcome{state: Cancelled, exitCode: exitCancelled, reason: stopReason(req) + " before start"})
-		return
+		return end(outcome{state: Cancelled, exitCode: exitCancelled, reason: stopReason(req) + " before start"})
 	}
 	var (
 		p   *process
@@ -508,8 +555,7 @@ func (r *Registry) spawn(j *job) {
 		p, rd, err = r.start(j.argv, j.spec.Dir, j.env, j.spec.Stdin)
 	}
 	if err != nil {
-		end(outcome{state: Failed, exitCode: exitUnknown, reason: "spawn: " + err.Error()})
-		return
+		return end(outcome{state: Failed, exitCode: exitUnknown, reason: "spawn: " + err.Error()})
 	}
 	if j.run != "" {
 		r.recordRunning(j, p.pid)
@@ -524,11 +570,22 @@ func (r *Registry) spawn(j *job) {
 		r.mu.Unlock()
 		t.JobStarted(Event{ID: j.id, Session: j.spec.Session, State: Running, ExitCode: exitUnknown, Background: bg})
 	}
+	if watchExit(rd, p) {
+		// The output reader sees the exit: no waiter goroutine.
+		return r.newSupervisor(j, p, rd, closedChan, true)
+	}
 	r.wg.Add(1) // the waiter
 	waited := make(chan struct{})
 	go r.await(j, p, waited)
-	go r.supervise(j, p, rd, waited)
+	return r.newSupervisor(j, p, rd, waited, false)
 }
+
+// closedChan stands for a waiter that is not there.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // await is the waiter goroutine: it blocks until the shell exits, without
 // reaping it (so its process group ID cannot be reused while the

@@ -1,0 +1,173 @@
+package bgjob
+
+import (
+	"io"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// muxReader is a Linux job's output reader that also sees its shell exit.
+// An epoll set holds the read end of the output pipe and, once watch has
+// added it, the shell's pidfd; only the set sits in the runtime's poller.
+// So one parked read wakes on output, on the exit, on its deadline or on
+// a poke, and a job needs no waiter goroutine: one goroutine per job, one
+// wake-up at the end instead of two hand-offs.
+//
+// Read returns output, then io.EOF once when the pipe closes, and
+// errExited once when the shell has exited (without reaping it). After
+// EOF, a Read waits for the exit; after both, it returns io.EOF at once.
+// Only the supervisor reads; SetReadDeadline may be called from any
+// goroutine (that is how a poke interrupts a read).
+type muxReader struct {
+	set   *os.File // the epoll set, non-blocking, in the runtime's poller
+	setfd int      // its number (Fd would make it blocking)
+	rc    syscall.RawConn
+	pipe  int // the pipe's read end, non-blocking; owned
+	pidfd int // the shell's pidfd while in the set, else -1; borrowed
+
+	pipeDone bool // EOF or a read error: the pipe left the set
+	exited   bool
+	reads    uint // reads since the exit was last checked
+}
+
+// openOutput makes the reader of a job's output pipe, whose read end fd
+// must be non-blocking. It takes fd over, also on error.
+func openOutput(fd int) (outputReader, error) {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		unix.Close(fd)
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	// Level-triggered: a Read that stops short of EAGAIN leaves the set
+	// ready, and the next Read finds the rest.
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN}); err != nil {
+		unix.Close(ep)
+		unix.Close(fd)
+		return nil, os.NewSyscallError("epoll_ctl", err)
+	}
+	if err := unix.SetNonblock(ep, true); err != nil {
+		unix.Close(ep)
+		unix.Close(fd)
+		return nil, os.NewSyscallError("fcntl", err)
+	}
+	set := os.NewFile(uintptr(ep), "|0")
+	rc, err := set.SyscallConn()
+	if err != nil {
+		set.Close()
+		unix.Close(fd)
+		return nil, err
+	}
+	return &muxReader{set: set, setfd: ep, rc: rc, pipe: fd, pidfd: -1}, nil
+}
+
+// pollPidfd reports whether the process's pidfd should sit in the
+// runtime's poller for a waiter goroutine. A Linux job's muxReader waits
+// on it instead.
+func pollPidfd(rd outputReader) bool {
+	_, ok := rd.(*muxReader)
+	return !ok
+}
+
+// watchExit makes rd report the exit of p, if it can: it reports whether
+// it will, and so whether p needs no waiter goroutine.
+func watchExit(rd outputReader, p *process) bool {
+	m, ok := rd.(*muxReader)
+	if !ok || p.pidfd == nil || p.pidfdNum < 0 {
+		return false
+	}
+	if unix.EpollCtl(m.setfd, unix.EPOLL_CTL_ADD, p.pidfdNum, &unix.EpollEvent{Events: unix.EPOLLIN}) != nil {
+		return false
+	}
+	m.pidfd = p.pidfdNum
+	return true
+}
+
+func (m *muxReader) Read(b []byte) (n int, err error) {
+	if m.pipeDone && (m.exited || m.pidfd < 0) {
+		return 0, io.EOF
+	}
+	rerr := m.rc.Read(func(set uintptr) bool {
+		// A pipe that never runs dry (a leftover that keeps writing)
+		// must not hide the exit: look every 16 reads, and whenever
+		// the pipe is empty.
+		if m.reads++; m.reads >= 16 && m.sawExit(set) {
+			err = errExited
+			return true
+		}
+		if !m.pipeDone {
+			n, err = ignoringEINTR(m.pipe, b)
+			switch {
+			case n > 0:
+				return true
+			case err == unix.EAGAIN:
+				n, err = 0, nil
+			default: // EOF, or an error that ends the pipe all the same
+				m.pipeDone = true
+				unix.EpollCtl(int(set), unix.EPOLL_CTL_DEL, m.pipe, nil)
+				n = 0
+				if err == nil {
+					err = io.EOF
+				}
+				return true
+			}
+		}
+		if m.sawExit(set) {
+			err = errExited
+			return true
+		}
+		return false
+	})
+	if rerr != nil {
+		return 0, rerr // the deadline passed (or a poke), or the set was closed
+	}
+	return n, err
+}
+
+// sawExit reports, once, that the shell has exited; it then takes the
+// pidfd out of the set.
+func (m *muxReader) sawExit(set uintptr) bool {
+	m.reads = 0
+	if m.exited || m.pidfd < 0 || !exitedNow(m.pidfd) {
+		return false
+	}
+	m.exited = true
+	unix.EpollCtl(int(set), unix.EPOLL_CTL_DEL, m.pidfd, nil)
+	return true
+}
+
+func ignoringEINTR(fd int, b []byte) (int, error) {
+	for {
+		n, err := unix.Read(fd, b)
+		if err != unix.EINTR {
+			return max(n, 0), err
+		}
+	}
+}
+
+// exitedNow reports whether the process of pidfd has exited, without
+// reaping it.
+func exitedNow(pidfd int) bool {
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PIDFD, pidfd, &info, unix.WEXITED|unix.WNOWAIT|unix.WNOHANG, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		// With WNOHANG, a zero Signo means "not yet". An error (the
+		// process was reaped elsewhere) counts as an exit: there is
+		// nothing left to wait for.
+		return err != nil || info.Signo != 0
+	}
+}
+
+func (m *muxReader) SetReadDeadline(t time.Time) error { return m.set.SetReadDeadline(t) }
+
+// Close closes the set and the pipe; the pidfd belongs to the process.
+func (m *muxReader) Close() error {
+	err := m.set.Close()
+	unix.Close(m.pipe)
+	return err
+}
