@@ -200,6 +200,32 @@ func TestGrandchildHoldingStdoutDoesNotHang(t *testing.T) {
 	assertGone(t, s)
 }
 
+// A leftover that keeps the pipe full must not hide the shell's exit: the
+// job still ends, after the drain's grace, with the leftover stopped.
+func TestFloodingLeftoverDoesNotHideTheExit(t *testing.T) {
+	r := newRegistry(t, bgjob.Config{KillGrace: 200 * time.Millisecond})
+	for _, fg := range []bool{false, true} {
+		spec := bgjob.Spec{Command: "yes flood & echo bye", Unique: true}
+		var s bgjob.Snapshot
+		if fg {
+			res, err := r.RunForeground(ctxT(t), spec, bgjob.Foreground{SoftCap: deadline})
+			if err != nil || res.Detached {
+				t.Fatalf("foreground: %v detached %v", err, res.Detached)
+			}
+			s = res.Snapshot
+		} else {
+			s = wait(t, r, mustStart(t, r, spec).ID)
+		}
+		if s.State != bgjob.Exited || s.ExitCode != 0 {
+			t.Errorf("fg %v: got %v exit %d; want exited 0", fg, s.State, s.ExitCode)
+		}
+		if !strings.Contains(s.Output.Text, "bye\n") || !strings.Contains(s.Output.Text, "flood\n") || !strings.Contains(s.Output.Notice, "leftover") {
+			t.Errorf("fg %v: text %.80q… notice %q; want bye, flood and a leftover notice", fg, s.Output.Text, s.Output.Notice)
+		}
+		assertGone(t, s)
+	}
+}
+
 func TestTimeouts(t *testing.T) {
 	r := newRegistry(t, bgjob.Config{})
 	for _, tc := range []struct {

@@ -223,6 +223,53 @@ func TestDurableDetachAdopt(t *testing.T) {
 	}
 }
 
+// Detach while a RunForeground caller watches its job inline: the call
+// returns Detached, the process runs on, and the next Registry adopts it.
+func TestDurableDetachDuringRunForeground(t *testing.T) {
+	cfg := durable(t)
+	started := make(chan bgjob.Event, 1)
+	cfg.Telemetry = &telemetryRecorder{onStart: func(e bgjob.Event) { started <- e }}
+	r1, err := bgjob.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Telemetry = nil
+	done := make(chan bgjob.Result, 1)
+	go func() {
+		res, err := r1.RunForeground(context.Background(), bgjob.Spec{Command: "echo fg; sleep 1; echo done; exit 4"}, bgjob.Foreground{SoftCap: time.Hour})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	select {
+	case <-started: // the process exists
+	case <-time.After(deadline):
+		t.Fatal("the foreground job never started")
+	}
+	if err := r1.Detach(); err != nil {
+		t.Fatalf("Detach: %v", err)
+	}
+	var res bgjob.Result
+	select {
+	case res = <-done:
+	case <-time.After(deadline):
+		t.Fatal("RunForeground did not return after Detach")
+	}
+	if !res.Detached || res.State != bgjob.Running {
+		t.Fatalf("got %v %q detached %v; want running, detached", res.State, res.Reason, res.Detached)
+	}
+	if pids := liveInSession(res.PID); len(pids) == 0 {
+		t.Fatal("job's processes gone after Detach; want them running")
+	}
+	r2 := newRegistry(t, cfg)
+	f := wait(t, r2, res.ID)
+	if f.State != bgjob.Exited || f.ExitCode != 4 || f.Output.Text != "fg\ndone\n" {
+		t.Errorf("adopted job: got %v %d %q; want exited 4 %q", f.State, f.ExitCode, f.Output.Text, "fg\ndone\n")
+	}
+	r1.Close(ctxT(t))
+}
+
 func TestDurableCancelAdopted(t *testing.T) {
 	cfg := durable(t)
 	r1, err := bgjob.New(cfg)

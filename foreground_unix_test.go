@@ -88,6 +88,41 @@ func TestRunForegroundContextDetachesEarly(t *testing.T) {
 	}
 }
 
+// The caller that launched a job watches it inline; a ctx that ends in
+// another goroutine must still interrupt that wait at once.
+func TestRunForegroundContextFromElsewhere(t *testing.T) {
+	r := newRegistry(t, bgjob.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for end := time.Now().Add(deadline); r.Running() < 1 && time.Now().Before(end); {
+			time.Sleep(time.Millisecond) // polling the launch's count, with a deadline
+		}
+		cancel()
+	}()
+	begin := time.Now()
+	res, err := r.RunForeground(ctx, bgjob.Spec{Command: "echo started; sleep 300"}, bgjob.Foreground{SoftCap: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Detached || res.State != bgjob.Running {
+		t.Fatalf("got %v detached %v; want running, detached", res.State, res.Detached)
+	}
+	if took := time.Since(begin); took > deadline {
+		t.Errorf("detached after %v", took)
+	}
+	// The job's own goroutine took over: it reads on and can be cancelled.
+	waitOutput(t, r, res.ID, "started", 1)
+	if _, err := r.Cancel(res.ID); err != nil {
+		t.Fatal(err)
+	}
+	s := wait(t, r, res.ID)
+	if s.State != bgjob.Cancelled || s.Output.Text != "started\n" {
+		t.Errorf("got %v %q; want cancelled with %q", s.State, s.Output.Text, "started\n")
+	}
+	assertGone(t, s)
+}
+
 func TestRunForegroundProgress(t *testing.T) {
 	const interval = 50 * time.Millisecond
 	r := newRegistry(t, bgjob.Config{ProgressInterval: interval})

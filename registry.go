@@ -1084,8 +1084,10 @@ func (r *Registry) Close(ctx context.Context) error {
 // before its process starts. Detach returns once every goroutine of the
 // registry has ended. Afterwards Start, RunForeground and Readmit fail
 // with ErrClosed, a released job stays Running in Status and List, and
-// Wait on it returns only when its ctx ends. Close after Detach returns
-// at once.
+// Wait on it returns only when its ctx ends. A RunForeground call that
+// launched a released job returns it Detached at once; one that joined
+// it returns at its soft cap or when its ctx ends. Close after Detach
+// returns at once.
 func (r *Registry) Detach() error {
 	if r.st == nil {
 		return fmt.Errorf("bgjob: detach: durable mode (Config.StateDir): %w", ErrUnsupported)

@@ -149,13 +149,18 @@ type telemetryRecorder struct {
 	mu       sync.Mutex
 	started  []bgjob.Event
 	finished []bgjob.Event
+	onStart  func(bgjob.Event)
 	onFinish func(bgjob.Event)
 }
 
 func (tr *telemetryRecorder) JobStarted(e bgjob.Event) {
 	tr.mu.Lock()
-	defer tr.mu.Unlock()
 	tr.started = append(tr.started, e)
+	f := tr.onStart
+	tr.mu.Unlock()
+	if f != nil {
+		f(e)
+	}
 }
 
 func (tr *telemetryRecorder) JobFinished(e bgjob.Event) {
