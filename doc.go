@@ -53,10 +53,15 @@
 //
 // # Concurrency
 //
-// A [Registry] is safe for concurrent use. Each running job has two
-// goroutines: a supervisor, which reads its output, fires its timeouts
-// and stops it, and a waiter, which reports the exit of its shell. The
-// registry starts no other goroutine (Close starts one while it waits).
+// A [Registry] is safe for concurrent use. Each running job has a
+// supervisor, which reads its output, fires its timeouts, sees its shell
+// exit and stops it. On Linux that is one goroutine per job (the output
+// pipe and the shell's pidfd wait in one epoll set); elsewhere, and in
+// durable mode, a second goroutine waits for the shell's exit. The
+// caller of [Registry.RunForeground] that launches a job runs its
+// supervisor itself until the job ends or detaches, so a short foreground
+// job starts no goroutine at all. The registry starts no other goroutine
+// (Close starts one while it waits).
 // Hooks (Admitter, Telemetry, OnComplete, Guard) are never called under
 // the registry's lock; they may run concurrently with each other.
 //

@@ -164,7 +164,7 @@ func adoptProcess(pid int, start uint64, run string, exited func() bool, lim rea
 		unix.Close(fd)
 		return nil, nil, err
 	}
-	return &process{pid: pid, pidfd: os.NewFile(uintptr(fd), "pidfd"), pidfdNum: fd, adopted: true, run: run}, rd, nil
+	return &process{pid: pid, pidfd: os.NewFile(uintptr(fd), "pidfd"), pidfdNum: fd, polled: true, adopted: true, run: run}, rd, nil
 }
 
 // waitAdopted blocks until an adopted process has exited: its pidfd turns

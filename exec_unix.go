@@ -26,6 +26,7 @@ type process struct {
 	pid      int
 	pidfd    *os.File // Linux: the shell's pidfd, if the kernel gave one
 	pidfdNum int      // its number, or -1
+	polled   bool     // pidfd is in the runtime's poller
 
 	// adopted marks a process that a durable Registry found running at
 	// New: not its child, so it is watched through its pidfd and its
@@ -99,7 +100,7 @@ func forkJob(argv []string, dir string, env []string, stdin string, out int, pol
 		// Non-blocking, so that the runtime's poller can wait on it; a
 		// blocking descriptor stays out of the poller.
 		if !poll || unix.SetNonblock(pidfd, true) == nil {
-			p.pidfd, p.pidfdNum = os.NewFile(uintptr(pidfd), "pidfd"), pidfd
+			p.pidfd, p.pidfdNum, p.polled = os.NewFile(uintptr(pidfd), "pidfd"), pidfd, poll
 		} else {
 			unix.Close(pidfd)
 		}
@@ -191,7 +192,7 @@ func (p *process) leftovers() int {
 
 // unwatch ends a wait on the process (see wait), for Detach.
 func (p *process) unwatch() {
-	if p.pidfd != nil {
+	if p.polled {
 		p.pidfd.SetReadDeadline(time.Unix(1, 0))
 	}
 }

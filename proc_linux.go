@@ -26,7 +26,7 @@ func (p *process) wait() error {
 	if p.adopted {
 		return p.waitAdopted()
 	}
-	if p.pidfd != nil {
+	if p.polled {
 		rc, err := p.pidfd.SyscallConn()
 		if err == nil {
 			var werr error
