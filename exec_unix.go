@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -50,11 +52,11 @@ func startProcess(argv []string, dir string, env []string, stdin string) (*proce
 		return nil, nil, fmt.Errorf("pipe: %w", err)
 	}
 	defer unix.Close(pfd[1])
-	if err := unix.SetNonblock(pfd[0], true); err != nil {
+	// A new pipe's read end has no other status flag to keep.
+	if _, err := unix.FcntlInt(uintptr(pfd[0]), unix.F_SETFL, unix.O_NONBLOCK); err != nil {
 		unix.Close(pfd[0])
 		return nil, nil, fmt.Errorf("pipe: %w", err)
 	}
-	growPipe(pfd[0])
 	rd, err := openOutput(pfd[0])
 	if err != nil {
 		return nil, nil, fmt.Errorf("pipe: %w", err)
@@ -80,7 +82,9 @@ func forkJob(argv []string, dir string, env []string, stdin string, out int, pol
 	if err != nil {
 		return nil, fmt.Errorf("stdin: %w", err)
 	}
-	defer unix.Close(in)
+	if stdin != "" {
+		defer unix.Close(in) // the shared /dev/null stays open
+	}
 	pidfd := -1
 	attr := &syscall.ProcAttr{
 		Dir:   dir,
@@ -118,11 +122,12 @@ func lookShell(path string) (string, error) {
 }
 
 // stdinFile returns the descriptor a job reads as its standard input:
-// /dev/null when s is empty, else an unlinked temporary file holding s. A
-// file, unlike a pipe, takes any size without a goroutine to feed it.
+// the shared /dev/null when s is empty (see devNull), else an unlinked
+// temporary file holding s, which the caller must close. A file, unlike
+// a pipe, takes any size without a goroutine to feed it.
 func stdinFile(s string) (int, error) {
 	if s == "" {
-		return unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		return openDevNull()
 	}
 	f, err := os.CreateTemp("", "bgjob-stdin-*")
 	if err != nil {
@@ -138,6 +143,33 @@ func stdinFile(s string) (int, error) {
 	}
 	// A descriptor that outlives f, sharing its offset (now 0).
 	return unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+}
+
+// devNull is /dev/null, opened for reading by the first job without
+// stdin and then kept for the life of the process, close-on-exec: every
+// such job's shell gets it as its standard input, which saves an open and
+// a close per job. fd is written once, under mu, before ok is set.
+var devNull struct {
+	mu sync.Mutex
+	ok atomic.Bool
+	fd int
+}
+
+func openDevNull() (int, error) {
+	if devNull.ok.Load() {
+		return devNull.fd, nil
+	}
+	devNull.mu.Lock()
+	defer devNull.mu.Unlock()
+	if !devNull.ok.Load() {
+		fd, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return -1, err // tried again by the next job
+		}
+		devNull.fd = fd
+		devNull.ok.Store(true)
+	}
+	return devNull.fd, nil
 }
 
 // signal sends SIGTERM, or SIGKILL if kill is set, to the whole process

@@ -19,6 +19,7 @@ import (
 // Read returns output, then io.EOF once when the pipe closes, and
 // errExited once when the shell has exited (without reaping it). After
 // EOF, a Read waits for the exit; after both, it returns io.EOF at once.
+// When both come together, io.EOF comes first.
 // Only the supervisor reads; SetReadDeadline may be called from any
 // goroutine (that is how a poke interrupts a read).
 type muxReader struct {
@@ -28,10 +29,18 @@ type muxReader struct {
 	pipe  int // the pipe's read end, non-blocking; owned
 	pidfd int // the shell's pidfd while in the set, else -1; borrowed
 
-	pipeDone bool // EOF or a read error: the pipe left the set
-	exited   bool
+	pipeDone bool // EOF or a read error
+	exited   bool // the shell has exited
+	reported bool // errExited was returned
+	grown    bool // the pipe was enlarged
 	reads    uint // reads since the exit was last checked
 }
+
+// loud is the read size from which a job counts as loud: its pipe is
+// then enlarged to 1 MiB (the default limit for unprivileged users), so
+// that it is read in fewer, larger pieces with fewer wake-ups. A quiet
+// job never pays for the resize.
+const loud = 16 << 10
 
 // openOutput makes the reader of a job's output pipe, whose read end fd
 // must be non-blocking. It takes fd over, also on error.
@@ -87,6 +96,10 @@ func watchExit(rd outputReader, p *process) bool {
 
 func (m *muxReader) Read(b []byte) (n int, err error) {
 	if m.pipeDone && (m.exited || m.pidfd < 0) {
+		if m.exited && !m.reported {
+			m.reported = true
+			return 0, errExited
+		}
 		return 0, io.EOF
 	}
 	rerr := m.rc.Read(func(set uintptr) bool {
@@ -101,15 +114,26 @@ func (m *muxReader) Read(b []byte) (n int, err error) {
 			n, err = ignoringEINTR(m.pipe, b)
 			switch {
 			case n > 0:
+				if n == len(b) && n >= loud && !m.grown {
+					m.grown = true
+					unix.FcntlInt(uintptr(m.pipe), unix.F_SETPIPE_SZ, 1<<20) // failure only costs speed
+				}
 				return true
 			case err == unix.EAGAIN:
 				n, err = 0, nil
 			default: // EOF, or an error that ends the pipe all the same
-				m.pipeDone = true
-				unix.EpollCtl(int(set), unix.EPOLL_CTL_DEL, m.pipe, nil)
-				n = 0
+				m.pipeDone, n = true, 0
 				if err == nil {
 					err = io.EOF
+				}
+				// Mostly the shell has exited by now: then the set has
+				// served (the next Read reports the exit, and the set
+				// is closed soon after), and nothing need leave it.
+				if !m.exited && m.pidfd >= 0 && exitedNow(m.pidfd) {
+					m.exited = true
+				}
+				if !m.exited {
+					unix.EpollCtl(int(set), unix.EPOLL_CTL_DEL, m.pipe, nil)
 				}
 				return true
 			}
@@ -133,7 +157,7 @@ func (m *muxReader) sawExit(set uintptr) bool {
 	if m.exited || m.pidfd < 0 || !exitedNow(m.pidfd) {
 		return false
 	}
-	m.exited = true
+	m.exited, m.reported = true, true
 	unix.EpollCtl(int(set), unix.EPOLL_CTL_DEL, m.pidfd, nil)
 	return true
 }

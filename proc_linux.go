@@ -183,12 +183,5 @@ func (p *process) reapOrphans() {
 	}
 }
 
-// growPipe enlarges a job's output pipe to 1 MiB (the default limit for
-// unprivileged users), so a loud job is read in fewer, larger pieces with
-// fewer wake-ups. Failure only costs speed.
-func growPipe(fd int) {
-	unix.FcntlInt(uintptr(fd), unix.F_SETPIPE_SZ, 1<<20)
-}
-
 // rawPipe makes a pipe whose ends close on exec.
 func rawPipe(p *[2]int) error { return unix.Pipe2(p[:], unix.O_CLOEXEC) }

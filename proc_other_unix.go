@@ -32,5 +32,3 @@ func (p *process) awaitEmpty(deadline time.Time) int { return awaitEmptyPolling(
 func enableSubreaper() error { return ErrUnsupported }
 
 func (p *process) reapOrphans() {}
-
-func growPipe(int) {}
