@@ -123,6 +123,34 @@ func TestRunForegroundContextFromElsewhere(t *testing.T) {
 	assertGone(t, s)
 }
 
+// A host that recovers from a panicking OnProgress keeps a job that runs
+// on, supervised and pollable, and Close leaves nothing behind.
+func TestRunForegroundProgressPanic(t *testing.T) {
+	started := make(chan bgjob.Event, 1)
+	r := newRegistry(t, bgjob.Config{
+		ProgressInterval: 10 * time.Millisecond,
+		Telemetry:        &telemetryRecorder{onStart: func(e bgjob.Event) { started <- e }},
+	})
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("OnProgress's panic did not reach the caller")
+			}
+		}()
+		r.RunForeground(ctxT(t), bgjob.Spec{Command: "sleep 0.2; echo after"}, bgjob.Foreground{
+			OnProgress: func(time.Duration) { panic("progress") },
+		})
+	}()
+	e := <-started
+	s := wait(t, r, e.ID)
+	if s.State != bgjob.Exited || s.Output.Text != "after\n" {
+		t.Errorf("got %v %q; want exited with %q", s.State, s.Output.Text, "after\n")
+	}
+	if c := r.Completions(""); len(c) != 1 || c[0].ID != e.ID {
+		t.Errorf("completions %v; want the job's", c)
+	}
+}
+
 func TestRunForegroundProgress(t *testing.T) {
 	const interval = 50 * time.Millisecond
 	r := newRegistry(t, bgjob.Config{ProgressInterval: interval})

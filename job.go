@@ -183,7 +183,8 @@ type Foreground struct {
 	// Config.ProgressInterval while RunForeground waits, with the real
 	// time elapsed since the call began. It is called in the caller's
 	// goroutine, never before the first interval has passed and never
-	// after RunForeground returns.
+	// after RunForeground returns. If it panics, the panic reaches the
+	// caller and the job goes on, detached.
 	OnProgress func(elapsed time.Duration)
 }
 

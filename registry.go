@@ -249,6 +249,15 @@ func (r *Registry) RunForeground(ctx context.Context, spec Spec, fg Foreground) 
 func (r *Registry) superviseInline(ctx context.Context, j *job, sv *supervisor, begin time.Time, softCap time.Duration, onProgress func(time.Duration)) Result {
 	stop := context.AfterFunc(ctx, j.poke) // interrupts the watch
 	defer stop()
+	owner := true
+	defer func() {
+		// A panicking OnProgress, recovered by the host, must not leave
+		// the job without a supervisor: it goes on, pollable.
+		if owner {
+			go sv.run()
+			r.detach(j, false)
+		}
+	}()
 	capAt := begin.Add(softCap)
 	var progressAt time.Time
 	if onProgress != nil {
@@ -260,6 +269,7 @@ func (r *Registry) superviseInline(ctx context.Context, j *job, sv *supervisor, 
 			until = progressAt
 		}
 		if sv.watch(until, ctx.Done()) {
+			owner = false
 			sv.end()
 			r.wg.Done() // the launch's count, which run would have released
 			select {
@@ -270,6 +280,7 @@ func (r *Registry) superviseInline(ctx context.Context, j *job, sv *supervisor, 
 			}
 		}
 		if ctx.Err() != nil || !time.Now().Before(capAt) {
+			owner = false
 			go sv.run()
 			return r.detach(j, false)
 		}
