@@ -142,7 +142,7 @@ func stdinFile(s string) (int, error) {
 		return -1, err
 	}
 	// A descriptor that outlives f, sharing its offset (now 0).
-	return unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	return dupCloexec(int(f.Fd()))
 }
 
 // devNull is /dev/null, opened for reading by the first job without

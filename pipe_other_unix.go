@@ -22,6 +22,19 @@ func pollPidfd(outputReader) bool { return true }
 // does, and a waiter goroutine waits for it.
 func watchExit(outputReader, *process) bool { return false }
 
+// dupCloexec duplicates fd; the copy closes on exec. Not every system
+// here has F_DUPFD_CLOEXEC: hold the fork lock instead, as rawPipe does.
+func dupCloexec(fd int) (int, error) {
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
+	nfd, err := unix.Dup(fd)
+	if err != nil {
+		return -1, err
+	}
+	unix.CloseOnExec(nfd)
+	return nfd, nil
+}
+
 // rawPipe makes a pipe whose ends close on exec. There is no pipe2 here:
 // hold the fork lock so no child inherits the ends in between.
 func rawPipe(p *[2]int) error {

@@ -183,5 +183,8 @@ func (p *process) reapOrphans() {
 	}
 }
 
+// dupCloexec duplicates fd; the copy closes on exec.
+func dupCloexec(fd int) (int, error) { return unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0) }
+
 // rawPipe makes a pipe whose ends close on exec.
 func rawPipe(p *[2]int) error { return unix.Pipe2(p[:], unix.O_CLOEXEC) }

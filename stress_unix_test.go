@@ -55,8 +55,9 @@ func TestStress(t *testing.T) {
 	}
 	t.Logf("seed %d (set BGJOB_STRESS_SEED to repeat the pool), duration %v", seed, dur)
 
-	// Warm up what the runtime opens once (the poller), so that the file
-	// descriptors counted before are those counted after.
+	// Warm up what the runtime and the library open once (the poller, the
+	// shared /dev/null), so that the file descriptors counted before are
+	// those counted after.
 	stressWarmUp(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	fdsBefore := stressFDs()
@@ -921,6 +922,10 @@ func stressWarmUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait(t, r, s.ID)
+	// A job without stdin opens the /dev/null that every such job shares.
+	if _, err := r.RunForeground(ctxT(t), bgjob.Spec{Command: "true"}, bgjob.Foreground{}); err != nil {
+		t.Fatal(err)
+	}
 	if err := r.Close(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
