@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -148,6 +149,89 @@ func TestRunForegroundProgressPanic(t *testing.T) {
 	}
 	if c := r.Completions(""); len(c) != 1 || c[0].ID != e.ID {
 		t.Errorf("completions %v; want the job's", c)
+	}
+}
+
+// OnProgress is user code: while it runs, the job is still supervised
+// (its output read, its timeouts kept), and it may call Cancel.
+func TestRunForegroundBusyProgress(t *testing.T) {
+	started := make(chan bgjob.Event, 1)
+	r := newRegistry(t, bgjob.Config{
+		ProgressInterval: 20 * time.Millisecond,
+		Telemetry:        &telemetryRecorder{onStart: func(e bgjob.Event) { started <- e }},
+	})
+	// The first progress report waits until the job's output shows that
+	// it was read meanwhile; an idle limit of 300ms would end a job
+	// whose pipe nobody reads.
+	first := true
+	res, err := r.RunForeground(ctxT(t), bgjob.Spec{
+		Command:     "for i in 1 2 3 4 5 6 7 8; do echo line$i; sleep 0.05; done",
+		IdleTimeout: 300 * time.Millisecond,
+	}, bgjob.Foreground{OnProgress: func(time.Duration) {
+		if !first {
+			return
+		}
+		first = false
+		e := <-started
+		waitOutput(t, r, e.ID, "line8", 1)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.State != bgjob.Exited || !strings.Contains(res.Output.Text, "line8") {
+		t.Errorf("got %v %q (%s); want exited with all 8 lines", res.State, res.Output.Text, res.Reason)
+	}
+
+	// Cancel from inside OnProgress returns, and so does the call.
+	cancelled := false
+	res, err = r.RunForeground(ctxT(t), bgjob.Spec{Command: "sleep 300"}, bgjob.Foreground{OnProgress: func(time.Duration) {
+		if cancelled {
+			return
+		}
+		cancelled = true
+		e := <-started
+		if _, err := r.Cancel(e.ID); err != nil {
+			t.Errorf("Cancel from OnProgress: %v", err)
+		}
+	}})
+	if err != nil || res.State != bgjob.Cancelled {
+		t.Errorf("got %v, %v; want cancelled", res.State, err)
+	}
+	assertGone(t, res.Snapshot)
+}
+
+// A panic in a hook that the launching RunForeground caller runs (here
+// the Admitter, on the final text) reaches the caller only once the job
+// is finished: a host that recovers from it keeps a working registry.
+func TestRunForegroundAdmitterPanic(t *testing.T) {
+	r, err := bgjob.New(bgjob.Config{Admitter: bgjob.AdmitterFunc(func(_ context.Context, req bgjob.AdmitRequest) (bgjob.Admitted, error) {
+		if !req.Partial && strings.Contains(req.Text, "boom") {
+			panic("admitter")
+		}
+		return bgjob.Admitted{Text: req.Text}, nil
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the Admitter's panic did not reach the caller")
+			}
+		}()
+		r.RunForeground(ctxT(t), bgjob.Spec{Command: "echo boom"}, bgjob.Foreground{})
+	}()
+	if n := r.Running(); n != 0 {
+		t.Errorf("%d running after the panic; want 0", n)
+	}
+	res, err := r.RunForeground(ctxT(t), bgjob.Spec{Command: "echo fine"}, bgjob.Foreground{})
+	if err != nil || res.State != bgjob.Exited || res.Output.Text != "fine\n" {
+		t.Errorf("next job: %v %q %v", res.State, res.Output.Text, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.Close(ctx); err != nil {
+		t.Errorf("Close after the panic: %v", err)
 	}
 }
 

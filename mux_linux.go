@@ -63,6 +63,13 @@ func openOutput(fd int) (outputReader, error) {
 		return nil, os.NewSyscallError("fcntl", err)
 	}
 	set := os.NewFile(uintptr(ep), "|0")
+	// A set the runtime's poller could not take (its own epoll full, say)
+	// would make every read fail at once: refuse it.
+	if err := set.SetReadDeadline(time.Time{}); err != nil {
+		set.Close()
+		unix.Close(fd)
+		return nil, err
+	}
 	rc, err := set.SyscallConn()
 	if err != nil {
 		set.Close()

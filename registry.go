@@ -213,79 +213,93 @@ func (r *Registry) RunForeground(ctx context.Context, spec Spec, fg Foreground) 
 	if softCap <= 0 {
 		softCap = defaultSoftCap
 	}
+	capAt := begin.Add(softCap)
+	progressAt := begin.Add(r.cfg.ProgressInterval)
 	if sv != nil {
-		return r.superviseInline(ctx, j, sv, begin, softCap, fg.OnProgress), nil
+		if res, done := r.superviseInline(ctx, j, sv, capAt, progressAt, fg.OnProgress != nil); done {
+			return res, nil
+		}
 	}
-	capTimer := time.NewTimer(softCap)
+	return r.awaitForeground(ctx, j, joined, begin, capAt, progressAt, fg.OnProgress), nil
+}
+
+// superviseInline is the start of RunForeground for the caller that
+// launched the job: it runs the job's supervisor itself, in its own
+// goroutine, until the job ends, the soft cap passes, ctx is done or, with
+// progress, the first progress report is due. A short job so costs no
+// goroutine and no hand-off between goroutines, which is most of what
+// separates it from a plain os/exec run.
+//
+// done reports that res is the caller's result. Otherwise the supervisor
+// went to a goroutine of its own and the caller goes on waiting as a
+// joiner does: no user code (OnProgress above all, which may call Cancel
+// or Close) ever runs while the caller owns the supervisor.
+func (r *Registry) superviseInline(ctx context.Context, j *job, sv *supervisor, capAt, progressAt time.Time, progress bool) (res Result, done bool) {
+	// ctx's end interrupts the watch; the poke is over when this returns.
+	poked := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() { j.poke(); close(poked) })
+	defer func() {
+		if !stop() {
+			<-poked
+		}
+	}()
+	until := capAt
+	if progress && progressAt.Before(until) {
+		until = progressAt
+	}
+	if !sv.watch(until, ctx.Done()) {
+		go sv.run()
+		return Result{}, false
+	}
+	func() {
+		// The launch's count, which run would have released, goes
+		// even if a hook in end panics and the host recovers.
+		defer r.wg.Done()
+		sv.end()
+	}()
+	select {
+	case <-j.done:
+		return r.collect(j, false), true
+	default: // Detach let go of the job: it runs on, unfinished
+		return r.detach(j, false), true
+	}
+}
+
+// awaitForeground waits, woken by the job's end, until the job ends, the
+// soft cap passes or ctx is done, reporting progress meanwhile.
+func (r *Registry) awaitForeground(ctx context.Context, j *job, joined bool, begin, capAt, progressAt time.Time, onProgress func(time.Duration)) (res Result) {
+	returned := false
+	defer func() {
+		// A panicking OnProgress, recovered by the host, leaves the job
+		// detached (pollable), not held forever.
+		if !returned {
+			r.detach(j, joined)
+		}
+	}()
+	capTimer := time.NewTimer(time.Until(capAt))
 	defer capTimer.Stop()
 	var progress <-chan time.Time
 	var progTimer *time.Timer
-	if fg.OnProgress != nil {
-		progTimer = time.NewTimer(r.cfg.ProgressInterval)
+	if onProgress != nil {
+		progTimer = time.NewTimer(time.Until(progressAt))
 		defer progTimer.Stop()
 		progress = progTimer.C
 	}
 	for {
 		select {
 		case <-j.done:
-			return r.collect(j, joined), nil
+			returned = true
+			return r.collect(j, joined)
 		case <-capTimer.C:
-			return r.detach(j, joined), nil
+			returned = true
+			return r.detach(j, joined)
 		case <-ctx.Done():
-			return r.detach(j, joined), nil
+			returned = true
+			return r.detach(j, joined)
 		case <-progress:
-			fg.OnProgress(time.Since(begin))
+			onProgress(time.Since(begin))
 			progTimer.Reset(r.cfg.ProgressInterval)
 		}
-	}
-}
-
-// superviseInline is RunForeground for the caller that launched the job:
-// it runs the job's supervisor itself, in its own goroutine, until the
-// job ends, the soft cap passes or ctx is done, and only then hands the
-// supervisor to a goroutine of the job's own. A short job so costs no
-// goroutine and no hand-off between goroutines, which is most of what
-// separates it from a plain os/exec run.
-func (r *Registry) superviseInline(ctx context.Context, j *job, sv *supervisor, begin time.Time, softCap time.Duration, onProgress func(time.Duration)) Result {
-	stop := context.AfterFunc(ctx, j.poke) // interrupts the watch
-	defer stop()
-	owner := true
-	defer func() {
-		// A panicking OnProgress, recovered by the host, must not leave
-		// the job without a supervisor: it goes on, pollable.
-		if owner {
-			go sv.run()
-			r.detach(j, false)
-		}
-	}()
-	capAt := begin.Add(softCap)
-	var progressAt time.Time
-	if onProgress != nil {
-		progressAt = begin.Add(r.cfg.ProgressInterval)
-	}
-	for {
-		until := capAt
-		if onProgress != nil && progressAt.Before(until) {
-			until = progressAt
-		}
-		if sv.watch(until, ctx.Done()) {
-			owner = false
-			sv.end()
-			r.wg.Done() // the launch's count, which run would have released
-			select {
-			case <-j.done:
-				return r.collect(j, false)
-			default: // Detach let go of the job: it runs on, unfinished
-				return r.detach(j, false)
-			}
-		}
-		if ctx.Err() != nil || !time.Now().Before(capAt) {
-			owner = false
-			go sv.run()
-			return r.detach(j, false)
-		}
-		onProgress(time.Since(begin))
-		progressAt = time.Now().Add(r.cfg.ProgressInterval)
 	}
 }
 
@@ -648,7 +662,7 @@ func (r *Registry) finish(j *job, o outcome) {
 	j.mu.Lock()
 	v := j.out.view()
 	j.mu.Unlock()
-	fin := r.admitFinal(j, v, o.notice)
+	fin, panicked := r.admitFinalSafely(j, v, o.notice)
 	now := time.Now()
 
 	if j.run != "" {
@@ -680,6 +694,13 @@ func (r *Registry) finish(j *job, o outcome) {
 		j.recMu.Unlock()
 		r.sweep()
 	}
+	// A panicking Admitter's panic goes on once the job is finished and
+	// the other hooks have run.
+	defer func() {
+		if panicked != nil {
+			panic(panicked)
+		}
+	}()
 	// The hooks run before done closes, so a Wait that returns has seen
 	// them. A slow hook delays this job's end, never another's.
 	defer close(j.done)
@@ -697,6 +718,21 @@ func (r *Registry) finish(j *job, o outcome) {
 			r.delivered(j)
 		}
 	}
+}
+
+// admitFinalSafely is admitFinal that survives a panicking Admitter: the
+// text is withheld, as when it fails, and the panic's value is returned
+// for finish to raise again once the job is finished, so that a host that
+// recovers from it (a RunForeground caller runs finish) is not left with
+// a job that never ends.
+func (r *Registry) admitFinalSafely(j *job, v rawView, notice string) (f *final, panicked any) {
+	defer func() {
+		if panicked = recover(); panicked != nil {
+			f = &final{out: Output{Total: v.total, Omitted: v.total, Withheld: true,
+				Notice: joinNotices(truncationNotice(v.omitted()), notice, noticeAdmitError)}}
+		}
+	}()
+	return r.admitFinal(j, v, notice), nil
 }
 
 // admitFinal passes a finished job's output through the Admitter once and

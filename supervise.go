@@ -189,6 +189,11 @@ func (s *supervisor) watch(until time.Time, quit <-chan struct{}) bool {
 		if j.pending(s.stopping, s.killed, !s.exitAt.IsZero()) {
 			continue // a poke came before the deadline was set
 		}
+		select {
+		case <-quit: // its poke may have come before the deadline was set
+			return false
+		default:
+		}
 		n, err := rd.Read(s.buf)
 		if n > 0 {
 			s.lastOut = time.Now()
