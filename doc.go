@@ -59,8 +59,9 @@
 // pipe and the shell's pidfd wait in one epoll set); elsewhere, and in
 // durable mode, a second goroutine waits for the shell's exit. The
 // caller of [Registry.RunForeground] that launches a job runs its
-// supervisor itself until the job ends or detaches, so a short foreground
-// job starts no goroutine at all. The registry starts no other goroutine
+// supervisor itself until the job ends, detaches or its first progress
+// report is due, so a short foreground job starts no goroutine at all;
+// no user code runs while it does. The registry starts no other goroutine
 // (Close starts one while it waits).
 // Hooks (Admitter, Telemetry, OnComplete, Guard) are never called under
 // the registry's lock; they may run concurrently with each other.
