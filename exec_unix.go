@@ -45,8 +45,9 @@ func startProcess(argv []string, dir string, env []string, stdin string) (*proce
 		return nil, nil, ErrUnsupported
 	}
 	// The write end stays a raw, blocking descriptor, as a child's stdout
-	// should be; only the read end is non-blocking, in the runtime's
-	// poller, so that reads can have deadlines.
+	// should be; only the read end is non-blocking, waited on through
+	// the runtime's poller (see openOutput), so that reads can have
+	// deadlines.
 	var pfd [2]int
 	if err := rawPipe(&pfd); err != nil {
 		return nil, nil, fmt.Errorf("pipe: %w", err)

@@ -10,8 +10,8 @@ import (
 )
 
 // muxReader is a Linux job's output reader that also sees its shell exit.
-// An epoll set holds the read end of the output pipe and, once watch has
-// added it, the shell's pidfd; only the set sits in the runtime's poller.
+// An epoll set holds the read end of the output pipe and, once watchExit
+// has added it, the shell's pidfd; only the set sits in the runtime's poller.
 // So one parked read wakes on output, on the exit, on its deadline or on
 // a poke, and a job needs no waiter goroutine: one goroutine per job, one
 // wake-up at the end instead of two hand-offs.
@@ -57,7 +57,7 @@ func openOutput(fd int) (outputReader, error) {
 		unix.Close(fd)
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
-	if err := unix.SetNonblock(ep, true); err != nil {
+	if _, err := unix.FcntlInt(uintptr(ep), unix.F_SETFL, unix.O_NONBLOCK); err != nil {
 		unix.Close(ep)
 		unix.Close(fd)
 		return nil, os.NewSyscallError("fcntl", err)
@@ -101,6 +101,7 @@ func watchExit(rd outputReader, p *process) bool {
 	return true
 }
 
+// Read reads output or reports EOF or the exit; see muxReader.
 func (m *muxReader) Read(b []byte) (n int, err error) {
 	if m.pipeDone && (m.exited || m.pidfd < 0) {
 		if m.exited && !m.reported {
@@ -169,6 +170,8 @@ func (m *muxReader) sawExit(set uintptr) bool {
 	return true
 }
 
+// ignoringEINTR reads fd into b, again when a signal interrupts the read;
+// n is never negative.
 func ignoringEINTR(fd int, b []byte) (int, error) {
 	for {
 		n, err := unix.Read(fd, b)
