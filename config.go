@@ -62,6 +62,12 @@ type Config struct {
 	// Admitter, if not nil, sees every text before it leaves the
 	// registry or is retained, and may rewrite or withhold it. If
 	// Admitter is nil, all output is admitted as it is.
+	//
+	// Hooks should not panic. If one does while a job ends (Admitter,
+	// Telemetry, OnComplete), the job is finished first (a panicking
+	// Admitter's text withheld) and the panic goes on in the goroutine
+	// that ended the job: the job's own, which ends the program, or the
+	// RunForeground caller that launched it, who may recover.
 	Admitter Admitter
 
 	// Telemetry, if not nil, is told when each job starts and ends.

@@ -60,9 +60,10 @@
 // durable mode, a second goroutine waits for the shell's exit. The
 // caller of [Registry.RunForeground] that launches a job runs its
 // supervisor itself until the job ends, detaches or its first progress
-// report is due, so a short foreground job starts no goroutine at all;
-// no user code runs while it does. The registry starts no other goroutine
-// (Close starts one while it waits).
+// report is due, so a short foreground job starts no goroutine at all
+// (OnProgress is never called while it does; the hooks of the job's end
+// are, as they would be in the job's own goroutine). The registry starts
+// no other goroutine (Close starts one while it waits).
 // Hooks (Admitter, Telemetry, OnComplete, Guard) are never called under
 // the registry's lock; they may run concurrently with each other.
 //

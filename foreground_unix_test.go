@@ -200,39 +200,100 @@ func TestRunForegroundBusyProgress(t *testing.T) {
 	assertGone(t, res.Snapshot)
 }
 
-// A panic in a hook that the launching RunForeground caller runs (here
-// the Admitter, on the final text) reaches the caller only once the job
-// is finished: a host that recovers from it keeps a working registry.
-func TestRunForegroundAdmitterPanic(t *testing.T) {
-	r, err := bgjob.New(bgjob.Config{Admitter: bgjob.AdmitterFunc(func(_ context.Context, req bgjob.AdmitRequest) (bgjob.Admitted, error) {
-		if !req.Partial && strings.Contains(req.Text, "boom") {
-			panic("admitter")
-		}
-		return bgjob.Admitted{Text: req.Text}, nil
-	})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	func() {
+// A hook that panics in the goroutine of a caller who recovers (the
+// Admitter of a job's end or JobStarted, both run by the caller that
+// launched the job) leaves a working registry: the job is finished or
+// watched, nothing stays held, and Close returns.
+func TestHookPanicsLeaveTheRegistryWorking(t *testing.T) {
+	recovered := func(t *testing.T, f func()) {
+		t.Helper()
 		defer func() {
 			if recover() == nil {
-				t.Error("the Admitter's panic did not reach the caller")
+				t.Error("the hook's panic did not reach the caller")
 			}
 		}()
-		r.RunForeground(ctxT(t), bgjob.Spec{Command: "echo boom"}, bgjob.Foreground{})
-	}()
-	if n := r.Running(); n != 0 {
-		t.Errorf("%d running after the panic; want 0", n)
+		f()
 	}
-	res, err := r.RunForeground(ctxT(t), bgjob.Spec{Command: "echo fine"}, bgjob.Foreground{})
-	if err != nil || res.State != bgjob.Exited || res.Output.Text != "fine\n" {
-		t.Errorf("next job: %v %q %v", res.State, res.Output.Text, err)
+	closes := func(t *testing.T, r *bgjob.Registry) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := r.Close(ctx); err != nil {
+			t.Errorf("Close after the panic: %v", err)
+		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := r.Close(ctx); err != nil {
-		t.Errorf("Close after the panic: %v", err)
-	}
+
+	t.Run("admitter of an inline job", func(t *testing.T) {
+		var panicked atomic.Bool
+		r, err := bgjob.New(bgjob.Config{Admitter: bgjob.AdmitterFunc(func(_ context.Context, req bgjob.AdmitRequest) (bgjob.Admitted, error) {
+			if !req.Partial && panicked.CompareAndSwap(false, true) {
+				panic("admitter")
+			}
+			return bgjob.Admitted{Text: req.Text}, nil
+		})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := bgjob.Spec{Command: "echo boom"}
+		recovered(t, func() { r.RunForeground(ctxT(t), spec, bgjob.Foreground{}) })
+		if n := r.Running(); n != 0 {
+			t.Errorf("%d running after the panic; want 0", n)
+		}
+		// The same launch again is a new run, not a join of the
+		// result nobody collected.
+		res, err := r.RunForeground(ctxT(t), spec, bgjob.Foreground{})
+		if err != nil || res.Joined || res.State != bgjob.Exited || res.Output.Text != "boom\n" {
+			t.Errorf("again: %v %q joined %v %v; want a new run", res.State, res.Output.Text, res.Joined, err)
+		}
+		closes(t, r)
+	})
+
+	t.Run("admitter of a job that never started", func(t *testing.T) {
+		r, err := bgjob.New(bgjob.Config{
+			Shell: []string{"/nonexistent/sh", "-c"},
+			Admitter: bgjob.AdmitterFunc(func(_ context.Context, req bgjob.AdmitRequest) (bgjob.Admitted, error) {
+				if !req.Partial {
+					panic("admitter")
+				}
+				return bgjob.Admitted{Text: req.Text}, nil
+			}),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recovered(t, func() { r.Start(ctxT(t), bgjob.Spec{Command: "true"}) })
+		recovered(t, func() { r.RunForeground(ctxT(t), bgjob.Spec{Command: "true"}, bgjob.Foreground{}) })
+		if n := r.Running(); n != 0 {
+			t.Errorf("%d running after the panics; want 0", n)
+		}
+		closes(t, r)
+	})
+
+	t.Run("JobStarted", func(t *testing.T) {
+		ids := make(chan bgjob.ID, 2)
+		r, err := bgjob.New(bgjob.Config{Telemetry: &telemetryRecorder{onStart: func(e bgjob.Event) {
+			ids <- e.ID
+			panic("telemetry")
+		}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recovered(t, func() { r.Start(ctxT(t), bgjob.Spec{Command: "sleep 0.1; echo bg"}) })
+		recovered(t, func() {
+			r.RunForeground(ctxT(t), bgjob.Spec{Command: "sleep 0.1; echo fg"}, bgjob.Foreground{})
+		})
+		// Both jobs run on, watched and pollable, to their end.
+		for _, want := range []string{"bg\n", "fg\n"} {
+			s := wait(t, r, <-ids)
+			if s.State != bgjob.Exited || s.Output.Text != want {
+				t.Errorf("got %v %q; want exited with %q", s.State, s.Output.Text, want)
+			}
+		}
+		if c := r.Completions(""); len(c) != 2 {
+			t.Errorf("completions %v; want both jobs'", c)
+		}
+		closes(t, r)
+	})
 }
 
 func TestRunForegroundProgress(t *testing.T) {

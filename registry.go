@@ -224,7 +224,7 @@ func (r *Registry) RunForeground(ctx context.Context, spec Spec, fg Foreground) 
 }
 
 // superviseInline is the start of RunForeground for the caller that
-// launched the job: it runs the job's supervisor itself, in its own
+// launched the job: it runs the job's supervisor itself, in the caller's
 // goroutine, until the job ends, the soft cap passes, ctx is done or, with
 // progress, the first progress report is due. A short job so costs no
 // goroutine and no hand-off between goroutines, which is most of what
@@ -232,30 +232,39 @@ func (r *Registry) RunForeground(ctx context.Context, spec Spec, fg Foreground) 
 //
 // done reports that res is the caller's result. Otherwise the supervisor
 // went to a goroutine of its own and the caller goes on waiting as a
-// joiner does: no user code (OnProgress above all, which may call Cancel
-// or Close) ever runs while the caller owns the supervisor.
+// joiner does, so OnProgress (which may block, or call Cancel or Close)
+// never runs while the caller owns the supervisor. The job's end hooks
+// (the final admission, JobFinished, OnComplete) do run here, as they
+// would in the job's own goroutine.
 func (r *Registry) superviseInline(ctx context.Context, j *job, sv *supervisor, capAt, progressAt time.Time, progress bool) (res Result, done bool) {
-	// ctx's end interrupts the watch; the poke is over when this returns.
+	// ctx's end interrupts the watch.
 	poked := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() { j.poke(); close(poked) })
-	defer func() {
-		if !stop() {
-			<-poked
-		}
-	}()
 	until := capAt
 	if progress && progressAt.Before(until) {
 		until = progressAt
 	}
-	if !sv.watch(until, ctx.Done()) {
+	finished := sv.watch(until, ctx.Done())
+	// No poke from ctx after this: it would cut end's drain short.
+	if !stop() {
+		<-poked
+	}
+	if !finished {
 		go sv.run()
 		return Result{}, false
 	}
 	func() {
-		// The launch's count, which run would have released, goes
-		// even if a hook in end panics and the host recovers.
-		defer r.wg.Done()
+		ended := false
+		defer func() {
+			// The launch's count, which run would have released, goes
+			// even if a hook panics in end; so does the caller's hold.
+			r.wg.Done()
+			if !ended {
+				r.letGo(j)
+			}
+		}()
 		sv.end()
+		ended = true
 	}()
 	select {
 	case <-j.done:
@@ -267,7 +276,7 @@ func (r *Registry) superviseInline(ctx context.Context, j *job, sv *supervisor, 
 
 // awaitForeground waits, woken by the job's end, until the job ends, the
 // soft cap passes or ctx is done, reporting progress meanwhile.
-func (r *Registry) awaitForeground(ctx context.Context, j *job, joined bool, begin, capAt, progressAt time.Time, onProgress func(time.Duration)) (res Result) {
+func (r *Registry) awaitForeground(ctx context.Context, j *job, joined bool, begin, capAt, progressAt time.Time, onProgress func(time.Duration)) Result {
 	returned := false
 	defer func() {
 		// A panicking OnProgress, recovered by the host, leaves the job
@@ -422,12 +431,60 @@ func (r *Registry) launch(ctx context.Context, spec Spec, fg bool) (*job, bool, 
 	r.mu.Unlock()
 
 	r.sweep()
-	sv := r.spawn(j)
-	if !fg && sv != nil {
-		go sv.run()
-		sv = nil
+	settled := false
+	if fg {
+		// A hook that panics during the launch (JobStarted, or the
+		// Admitter of a job that ended at once) must not leave the
+		// caller's hold on the job behind; the panic goes on.
+		defer func() {
+			if !settled {
+				r.letGo(j)
+			}
+		}()
 	}
+	sv := r.spawn(j)
+	if sv != nil {
+		r.announce(j, sv)
+		if !fg {
+			go sv.run()
+			sv = nil
+		}
+	}
+	settled = true
 	return j, false, sv, nil
+}
+
+// announce tells Telemetry that j's process has started. If JobStarted
+// panics, the job is not left unwatched: sv goes to a goroutine of its
+// own before the panic goes on.
+func (r *Registry) announce(j *job, sv *supervisor) {
+	t := r.cfg.Telemetry
+	if t == nil {
+		return
+	}
+	done := false
+	defer func() {
+		if !done {
+			go sv.run()
+		}
+	}()
+	r.mu.Lock()
+	bg := j.pollable
+	r.mu.Unlock()
+	t.JobStarted(Event{ID: j.id, Session: j.spec.Session, State: Running, ExitCode: exitUnknown, Background: bg})
+	done = true
+}
+
+// letGo gives up a foreground caller's hold on j when a panic ends its
+// call: a finished job is released as if collected, a running one is
+// detached (pollable).
+func (r *Registry) letGo(j *job) {
+	select {
+	case <-j.done:
+		r.release(j)
+	default:
+		r.detach(j, false)
+	}
 }
 
 // prepare validates spec and returns it with Dir resolved and a private
@@ -547,8 +604,8 @@ func mergeEnv(base []string, lists ...[]string) []string {
 func (r *Registry) spawn(j *job) *supervisor {
 	// end finishes a job that never got a process.
 	end := func(o outcome) *supervisor {
+		defer r.wg.Done() // even if a hook panics in finish
 		r.finish(j, o)
-		r.wg.Done()
 		return nil
 	}
 	if j.run != "" {
@@ -589,12 +646,6 @@ func (r *Registry) spawn(j *job) *supervisor {
 	j.pid = p.pid
 	j.mu.Unlock()
 	j.rd.Store(&rd)
-	if t := r.cfg.Telemetry; t != nil {
-		r.mu.Lock()
-		bg := j.pollable
-		r.mu.Unlock()
-		t.JobStarted(Event{ID: j.id, Session: j.spec.Session, State: Running, ExitCode: exitUnknown, Background: bg})
-	}
 	if watchExit(rd, p) {
 		// The output reader sees the exit: no waiter goroutine.
 		return r.newSupervisor(j, p, rd, closedChan, true)

@@ -57,8 +57,9 @@ type outputReader interface {
 //
 // One goroutine at a time runs it: a background job's own goroutine
 // (run), or the RunForeground caller that launched the job, which watches
-// inline until the end or its soft cap and then hands the rest to a
-// goroutine. Its state lives here so that the hand-over loses nothing.
+// inline until the end, the soft cap, its ctx's end or the first progress
+// report and then hands the rest to a goroutine. Its state lives here so
+// that the hand-over loses nothing.
 type supervisor struct {
 	r  *Registry
 	j  *job
