@@ -205,7 +205,8 @@ func TestGrandchildHoldingStdoutDoesNotHang(t *testing.T) {
 func TestFloodingLeftoverDoesNotHideTheExit(t *testing.T) {
 	r := newRegistry(t, bgjob.Config{KillGrace: 200 * time.Millisecond})
 	for _, fg := range []bool{false, true} {
-		spec := bgjob.Spec{Command: "yes flood & echo bye", Unique: true}
+		// "bye" first, so that it is in the head whatever the flood does.
+		spec := bgjob.Spec{Command: "echo bye; yes flood &", Unique: true}
 		var s bgjob.Snapshot
 		if fg {
 			res, err := r.RunForeground(ctxT(t), spec, bgjob.Foreground{SoftCap: deadline})
