@@ -3,6 +3,7 @@ package bgjob
 import (
 	"io"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -91,7 +92,7 @@ func pollPidfd(rd outputReader) bool {
 // it will, and so whether p needs no waiter goroutine.
 func watchExit(rd outputReader, p *process) bool {
 	m, ok := rd.(*muxReader)
-	if !ok || p.pidfd == nil || p.pidfdNum < 0 {
+	if !ok || p.pidfd == nil || p.pidfdNum < 0 || !canWaitPidfd(p.pidfdNum) {
 		return false
 	}
 	if unix.EpollCtl(m.setfd, unix.EPOLL_CTL_ADD, p.pidfdNum, &unix.EpollEvent{Events: unix.EPOLLIN}) != nil {
@@ -179,6 +180,30 @@ func ignoringEINTR(fd int, b []byte) (int, error) {
 			return max(n, 0), err
 		}
 	}
+}
+
+// pidfdWaits caches whether waitid takes P_PIDFD here (Linux 5.4 and
+// later; pidfds themselves came in 5.2): 0 not known yet, 1 yes, 2 no.
+var pidfdWaits atomic.Int32
+
+// canWaitPidfd reports whether waitid takes P_PIDFD, asking the kernel
+// once, about pidfd, a child not yet reaped. Without it exitedNow would
+// take the kernel's refusal for an exit.
+func canWaitPidfd(pidfd int) bool {
+	switch pidfdWaits.Load() {
+	case 1:
+		return true
+	case 2:
+		return false
+	}
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PIDFD, pidfd, &info, unix.WEXITED|unix.WNOWAIT|unix.WNOHANG, nil)
+	if err == unix.EINVAL {
+		pidfdWaits.Store(2)
+		return false
+	}
+	pidfdWaits.Store(1)
+	return true
 }
 
 // exitedNow reports whether the process of pidfd has exited, without

@@ -26,7 +26,7 @@ func (p *process) wait() error {
 	if p.adopted {
 		return p.waitAdopted()
 	}
-	if p.polled {
+	if p.polled && canWaitPidfd(p.pidfdNum) {
 		rc, err := p.pidfd.SyscallConn()
 		if err == nil {
 			var werr error
