@@ -92,12 +92,16 @@ func TestRunForegroundContextDetachesEarly(t *testing.T) {
 // The caller that launched a job watches it inline; a ctx that ends in
 // another goroutine must still interrupt that wait at once.
 func TestRunForegroundContextFromElsewhere(t *testing.T) {
-	r := newRegistry(t, bgjob.Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// JobStarted runs in the caller's goroutine: cancel from another one,
+	// once the process exists.
+	started := make(chan struct{})
+	r := newRegistry(t, bgjob.Config{Telemetry: &telemetryRecorder{onStart: func(bgjob.Event) { close(started) }}})
 	go func() {
-		for end := time.Now().Add(deadline); r.Running() < 1 && time.Now().Before(end); {
-			time.Sleep(time.Millisecond) // polling the launch's count, with a deadline
+		select {
+		case <-started:
+		case <-ctx.Done():
 		}
 		cancel()
 	}()

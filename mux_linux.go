@@ -196,9 +196,7 @@ func canWaitPidfd(pidfd int) bool {
 	case 2:
 		return false
 	}
-	var info unix.Siginfo
-	err := unix.Waitid(unix.P_PIDFD, pidfd, &info, unix.WEXITED|unix.WNOWAIT|unix.WNOHANG, nil)
-	if err == unix.EINVAL {
+	if _, err := peekExit(pidfd); err == unix.EINVAL {
 		pidfdWaits.Store(2)
 		return false
 	}
@@ -206,20 +204,25 @@ func canWaitPidfd(pidfd int) bool {
 	return true
 }
 
-// exitedNow reports whether the process of pidfd has exited, without
-// reaping it.
-func exitedNow(pidfd int) bool {
+// peekExit reports whether the process of pidfd has exited, without
+// reaping it or waiting.
+func peekExit(pidfd int) (bool, error) {
 	for {
 		var info unix.Siginfo
 		err := unix.Waitid(unix.P_PIDFD, pidfd, &info, unix.WEXITED|unix.WNOWAIT|unix.WNOHANG, nil)
-		if err == unix.EINTR {
-			continue
+		if err != unix.EINTR {
+			// With WNOHANG, a zero Signo means "not yet".
+			return err == nil && info.Signo != 0, err
 		}
-		// With WNOHANG, a zero Signo means "not yet". An error (the
-		// process was reaped elsewhere) counts as an exit: there is
-		// nothing left to wait for.
-		return err != nil || info.Signo != 0
 	}
+}
+
+// exitedNow reports whether the process of pidfd has exited. An error
+// (the process was reaped elsewhere) counts as an exit: there is nothing
+// left to wait for.
+func exitedNow(pidfd int) bool {
+	exited, err := peekExit(pidfd)
+	return exited || err != nil
 }
 
 func (m *muxReader) SetReadDeadline(t time.Time) error { return m.set.SetReadDeadline(t) }

@@ -31,15 +31,9 @@ func (p *process) wait() error {
 		if err == nil {
 			var werr error
 			err = rc.Read(func(fd uintptr) bool {
-				var info unix.Siginfo
-				for {
-					werr = unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOWAIT|unix.WNOHANG, nil)
-					if werr != unix.EINTR {
-						break
-					}
-				}
-				// With WNOHANG, a zero Signo means "not yet".
-				return werr != nil || info.Signo != 0
+				var exited bool
+				exited, werr = peekExit(int(fd))
+				return exited || werr != nil
 			})
 			if err == nil {
 				return werr

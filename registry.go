@@ -260,7 +260,7 @@ func (r *Registry) superviseInline(ctx context.Context, j *job, sv *supervisor, 
 			// even if a hook panics in end; so does the caller's hold.
 			r.wg.Done()
 			if !ended {
-				r.letGo(j)
+				r.detach(j, false) // collects a finished job
 			}
 		}()
 		sv.end()
@@ -438,7 +438,7 @@ func (r *Registry) launch(ctx context.Context, spec Spec, fg bool) (*job, bool, 
 		// caller's hold on the job behind; the panic goes on.
 		defer func() {
 			if !settled {
-				r.letGo(j)
+				r.detach(j, false) // collects a finished job
 			}
 		}()
 	}
@@ -473,18 +473,6 @@ func (r *Registry) announce(j *job, sv *supervisor) {
 	r.mu.Unlock()
 	t.JobStarted(Event{ID: j.id, Session: j.spec.Session, State: Running, ExitCode: exitUnknown, Background: bg})
 	done = true
-}
-
-// letGo gives up a foreground caller's hold on j when a panic ends its
-// call: a finished job is released as if collected, a running one is
-// detached (pollable).
-func (r *Registry) letGo(j *job) {
-	select {
-	case <-j.done:
-		r.release(j)
-	default:
-		r.detach(j, false)
-	}
 }
 
 // prepare validates spec and returns it with Dir resolved and a private
