@@ -2,6 +2,8 @@ package bgjob
 
 import (
 	"context"
+	"fmt"
+	"strings"
 )
 
 // Admitter is the output policy hook. Every text passes it before it
@@ -95,4 +97,147 @@ func (r *Registry) admit(req AdmitRequest) Admitted {
 		}
 	}
 	return res
+}
+
+// admitFinalSafely is admitFinal that survives a panicking Admitter: the
+// text is withheld, as when it fails, and the panic's value is returned
+// for finish to raise again once the job is finished, so that a host that
+// recovers from it (a RunForeground caller runs finish) is not left with
+// a job that never ends.
+func (r *Registry) admitFinalSafely(j *job, v rawView, notice string) (f *final, panicked any) {
+	defer func() {
+		if panicked = recover(); panicked != nil {
+			f = &final{out: Output{Total: v.total, Omitted: v.total, Withheld: true,
+				Notice: joinNotices(truncationNotice(v.omitted()), notice, noticeAdmitError)}}
+		}
+	}()
+	return r.admitFinal(j, v, notice), nil
+}
+
+// admitFinal passes a finished job's output through the Admitter once and
+// maps the admitted text back onto raw offsets for Read.
+func (r *Registry) admitFinal(j *job, v rawView, notice string) *final {
+	text := v.text()
+	a := r.admit(AdmitRequest{ID: j.id, Session: j.spec.Session, Command: j.spec.Command, Text: text, Omitted: v.omitted()})
+	f := &final{out: Output{Total: v.total, Omitted: v.omitted()}}
+	if a.Withhold {
+		f.out.Withheld, f.out.Omitted = true, v.total
+	} else {
+		f.out.Text = a.Text
+		pieces := []rawPiece{{start: 0, end: int64(len(v.head)), bytes: v.head}}
+		if v.omitted() > 0 {
+			pieces = append(pieces, rawPiece{start: v.tailBegin, end: v.total, bytes: v.tail})
+		}
+		f.segs = mapSegments(a.Text, v.separator(), pieces)
+	}
+	f.out.Notice = joinNotices(truncationNotice(v.omitted()), notice, a.Notice)
+	return f
+}
+
+func truncationNotice(omitted int64) string {
+	if omitted == 0 {
+		return ""
+	}
+	return fmt.Sprintf("output truncated: %d bytes omitted between head and tail", omitted)
+}
+
+func joinNotices(ns ...string) string {
+	var b strings.Builder
+	for _, n := range ns {
+		if n == "" {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(n)
+	}
+	return b.String()
+}
+
+// withOutput fills in a running job's admitted output from its raw view.
+func (r *Registry) withOutput(j *job, s Snapshot, v *rawView) Snapshot {
+	if v == nil {
+		return s
+	}
+	a := r.admit(AdmitRequest{ID: j.id, Session: j.spec.Session, Command: j.spec.Command, Text: v.text(), Partial: true, Omitted: v.omitted()})
+	s.Output = Output{Text: a.Text, Total: v.total, Omitted: v.omitted(), Withheld: a.Withhold,
+		Notice: joinNotices(truncationNotice(v.omitted()), a.Notice)}
+	if a.Withhold {
+		s.Output.Omitted = v.total
+	}
+	return s
+}
+
+// Readmit runs the current Admitter again over the text of every finished
+// job the registry holds, for example after the output policy changed.
+// A job whose text changed meanwhile (a newer run, or another Readmit)
+// is left alone. A withholding verdict clears the text. ctx bounds the
+// whole pass; Readmit returns ctx.Err() wrapped if it ends early, or
+// ErrClosed after Close.
+func (r *Registry) Readmit(ctx context.Context) error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return fmt.Errorf("bgjob: readmit: %w", ErrClosed)
+	}
+	var js []*job
+	for _, j := range r.jobs {
+		if j.finished {
+			js = append(js, j)
+		}
+	}
+	r.mu.Unlock()
+	for _, j := range js {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("bgjob: readmit: %w", err)
+		}
+		j.mu.Lock()
+		f, gen := j.fin, j.finGen
+		j.mu.Unlock()
+		if f.out.Withheld {
+			continue
+		}
+		a := r.admit(AdmitRequest{ID: j.id, Session: j.spec.Session, Command: j.spec.Command, Text: f.out.Text, Omitted: f.out.Omitted})
+		nf := f.readmitted(a)
+		r.mu.Lock()
+		j.mu.Lock()
+		if j.finGen == gen {
+			j.fin = nf
+			j.finGen++
+			r.resizeLocked(j, int64(len(nf.out.Text)))
+		}
+		j.mu.Unlock()
+		r.mu.Unlock()
+	}
+	return nil
+}
+
+// readmitted returns f with its text replaced by the verdict a.
+func (f *final) readmitted(a Admitted) *final {
+	nf := &final{out: f.out}
+	nf.out.Notice = joinNotices(f.out.Notice, a.Notice)
+	if a.Withhold {
+		nf.out.Text, nf.out.Withheld, nf.out.Omitted = "", true, f.out.Total
+		return nf
+	}
+	nf.out.Text = a.Text
+	if f.segs == nil {
+		return nf
+	}
+	pieces := make([]rawPiece, len(f.segs))
+	for k, sg := range f.segs {
+		pieces[k] = rawPiece{start: sg.start, end: sg.end, lines: sg.rawLines}
+		if old := f.out.Text[sg.lo:sg.hi]; sg.rawLines == nil && int64(len(old)) == sg.end-sg.start {
+			// The old text stood byte for byte for the raw range, so
+			// its lines are the raw lines.
+			pieces[k].bytes = []byte(old)
+		}
+	}
+	sep := ""
+	if len(f.segs) == 2 {
+		sep = f.out.Text[f.segs[0].hi:f.segs[1].lo]
+	}
+	nf.segs = mapSegments(a.Text, sep, pieces)
+	return nf
 }

@@ -28,20 +28,12 @@ func newIDKey(configured []byte) ([32]byte, error) {
 
 // jobID derives the ID of a launch from everything that makes two launches
 // the same job: session, command, resolved directory, effective timeouts,
-// stdin and the environment (sorted, so map order never matters). Each
-// field is length-prefixed so no two different launches hash the same
-// bytes. A Unique launch mixes in a fresh nonce.
-func jobID(key *[32]byte, spec *Spec, dir string, timeout time.Duration) ID {
-	h, _ := blake3.NewKeyed(key[:]) // the key is 32 bytes: never fails
-	return hashID(h, spec, dir, timeout)
-}
-
-// jobID is the package jobID with the registry's key, reusing hashers: a
-// keyed hasher holds 8 KiB of buffers, too much to make per launch.
+// stdin and the environment (see hashID). It reuses keyed hashers: one
+// holds 8 KiB of buffers, too much to make per launch.
 func (r *Registry) jobID(spec *Spec, dir string, timeout time.Duration) ID {
 	h, _ := r.hashers.Get().(*blake3.Hasher)
 	if h == nil {
-		h, _ = blake3.NewKeyed(r.key[:])
+		h, _ = blake3.NewKeyed(r.key[:]) // the key is 32 bytes: never fails
 	} else {
 		h.Reset()
 	}
@@ -49,7 +41,10 @@ func (r *Registry) jobID(spec *Spec, dir string, timeout time.Duration) ID {
 	return hashID(h, spec, dir, timeout)
 }
 
-// hashID writes the launch into the keyed hasher h and makes the ID.
+// hashID writes the launch into the keyed hasher h, which must be fresh
+// or reset, and makes the ID. Each field is length-prefixed so no two
+// different launches hash the same bytes; the environment is sorted, so
+// map order never matters. A Unique launch mixes in a fresh nonce.
 func hashID(h *blake3.Hasher, spec *Spec, dir string, timeout time.Duration) ID {
 	var n [8]byte
 	field := func(s string) {

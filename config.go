@@ -198,7 +198,7 @@ var nonInteractive = []string{"GIT_TERMINAL_PROMPT=0", "PAGER=cat", "GIT_PAGER=c
 
 // configError names the Config field that is wrong.
 func configError(field, format string, args ...any) error {
-	return fmt.Errorf("%w: Config.%s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+	return fmt.Errorf("bgjob: new: Config.%s: %s: %w", field, fmt.Sprintf(format, args...), ErrInvalidConfig)
 }
 
 // normalize checks c and fills in the defaults. It returns a copy.
@@ -294,7 +294,7 @@ func (c Config) normalize() (Config, error) {
 		}
 		c.StateDir = filepath.Clean(c.StateDir)
 		if err := durableCheck(); err != nil {
-			return c, fmt.Errorf("bgjob: Config.StateDir: %w", err)
+			return c, fmt.Errorf("bgjob: new: Config.StateDir: %w", err)
 		}
 	}
 	switch floor := int64(c.HeadBytes) + int64(c.TailBytes) + 1<<20; {
@@ -307,7 +307,7 @@ func (c Config) normalize() (Config, error) {
 		return c, configError("IDKey", "%d bytes; at least 16 are needed", len(c.IDKey))
 	}
 	if c.Subreaper && runtime.GOOS != "linux" {
-		return c, fmt.Errorf("bgjob: Config.Subreaper on %s: %w", runtime.GOOS, ErrUnsupported)
+		return c, fmt.Errorf("bgjob: new: Config.Subreaper on %s: %w", runtime.GOOS, ErrUnsupported)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

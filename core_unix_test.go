@@ -95,17 +95,20 @@ func TestEnvironmentAndStdin(t *testing.T) {
 
 func TestCancelKillsGrandchildren(t *testing.T) {
 	r := newRegistry(t, bgjob.Config{})
-	for _, tc := range []struct{ name, command string }{
-		{"shell-background-sleeps", "sleep 300 & sleep 300 & wait"},
-		{"helper-children", helperCmd("spawn", "sleep", "300000") + "; " + helperCmd("spawn", "ignoreterm") + "; sleep 300"},
+	for _, tc := range []struct {
+		name, command string
+		children      int // "child" lines to wait for before the cancel
+	}{
+		{"shell-background-sleeps", "sleep 300 & sleep 300 & wait", 0},
+		{"helper-children", helperCmd("spawn", "sleep", "300000") + "; " + helperCmd("spawn", "ignoreterm") + "; sleep 300", 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := r.Start(ctxT(t), bgjob.Spec{Command: tc.command, Env: helperEnv})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tc.name == "helper-children" {
-				waitOutput(t, r, s.ID, "child", 2)
+			if tc.children > 0 {
+				waitOutput(t, r, s.ID, "child", tc.children)
 			}
 			s, err = r.Cancel(s.ID)
 			if err != nil {
@@ -234,11 +237,12 @@ func TestTimeouts(t *testing.T) {
 		spec   bgjob.Spec
 		state  bgjob.State
 		reason string
+		lines  int // lines of output to expect, if not 0
 	}{
-		{"wall", bgjob.Spec{Command: "sleep 300", Timeout: 300 * time.Millisecond}, bgjob.TimedOut, "timed out after 300ms"},
-		{"idle-silent", bgjob.Spec{Command: "echo started; sleep 300", IdleTimeout: 300 * time.Millisecond}, bgjob.TimedOut, "idle for 300ms"},
-		{"idle-chatty-survives", bgjob.Spec{Command: "for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do echo line $i; sleep 0.1; done", IdleTimeout: 300 * time.Millisecond}, bgjob.Exited, ""},
-		{"wall-tree", bgjob.Spec{Command: "sleep 300 & sleep 300 & wait", Timeout: 200 * time.Millisecond}, bgjob.TimedOut, "timed out after 200ms"},
+		{"wall", bgjob.Spec{Command: "sleep 300", Timeout: 300 * time.Millisecond}, bgjob.TimedOut, "timed out after 300ms", 0},
+		{"idle-silent", bgjob.Spec{Command: "echo started; sleep 300", IdleTimeout: 300 * time.Millisecond}, bgjob.TimedOut, "idle for 300ms", 0},
+		{"idle-chatty-survives", bgjob.Spec{Command: "for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do echo line $i; sleep 0.1; done", IdleTimeout: 300 * time.Millisecond}, bgjob.Exited, "", 15},
+		{"wall-tree", bgjob.Spec{Command: "sleep 300 & sleep 300 & wait", Timeout: 200 * time.Millisecond}, bgjob.TimedOut, "timed out after 200ms", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := r.Start(ctxT(t), tc.spec)
@@ -252,8 +256,8 @@ func TestTimeouts(t *testing.T) {
 			if tc.state == bgjob.TimedOut && s.ExitCode != 124 {
 				t.Errorf("exit %d; want 124", s.ExitCode)
 			}
-			if tc.name == "idle-chatty-survives" && strings.Count(s.Output.Text, "line ") != 15 {
-				t.Errorf("output %q; want 15 lines", s.Output.Text)
+			if tc.lines > 0 && strings.Count(s.Output.Text, "line ") != tc.lines {
+				t.Errorf("output %q; want %d lines", s.Output.Text, tc.lines)
 			}
 			assertGone(t, s)
 		})
@@ -537,24 +541,25 @@ func TestInvalidConfig(t *testing.T) {
 		cfg   bgjob.Config
 		want  error
 		field string
+		skip  string // why the case does not apply on this system, if it does not
 	}{
-		{"empty-shell", bgjob.Config{Shell: []string{}}, bgjob.ErrInvalidConfig, "Shell"},
-		{"nul-shell", bgjob.Config{Shell: []string{"/bin/sh\x00"}}, bgjob.ErrInvalidConfig, "Shell"},
-		{"file-dir", bgjob.Config{Dir: file}, bgjob.ErrInvalidConfig, "Dir"},
-		{"nul-env", bgjob.Config{Env: []string{"A=\x00"}}, bgjob.ErrInvalidConfig, "Env"},
-		{"negative-timeout", bgjob.Config{DefaultTimeout: -1}, bgjob.ErrInvalidConfig, "DefaultTimeout"},
-		{"negative-grace", bgjob.Config{KillGrace: -1}, bgjob.ErrInvalidConfig, "KillGrace"},
-		{"negative-progress", bgjob.Config{ProgressInterval: -1}, bgjob.ErrInvalidConfig, "ProgressInterval"},
-		{"negative-max-running", bgjob.Config{MaxRunning: -1}, bgjob.ErrInvalidConfig, "MaxRunning"},
-		{"negative-head", bgjob.Config{HeadBytes: -1}, bgjob.ErrInvalidConfig, "HeadBytes"},
-		{"negative-tail", bgjob.Config{TailBytes: -1}, bgjob.ErrInvalidConfig, "TailBytes"},
-		{"relative-state-dir", bgjob.Config{StateDir: "state"}, bgjob.ErrInvalidConfig, "StateDir"},
-		{"short-id-key", bgjob.Config{IDKey: []byte("short")}, bgjob.ErrInvalidConfig, "IDKey"},
-		{"durable-mode", bgjob.Config{StateDir: t.TempDir()}, bgjob.ErrUnsupported, "StateDir"},
+		{"empty-shell", bgjob.Config{Shell: []string{}}, bgjob.ErrInvalidConfig, "Shell", ""},
+		{"nul-shell", bgjob.Config{Shell: []string{"/bin/sh\x00"}}, bgjob.ErrInvalidConfig, "Shell", ""},
+		{"file-dir", bgjob.Config{Dir: file}, bgjob.ErrInvalidConfig, "Dir", ""},
+		{"nul-env", bgjob.Config{Env: []string{"A=\x00"}}, bgjob.ErrInvalidConfig, "Env", ""},
+		{"negative-timeout", bgjob.Config{DefaultTimeout: -1}, bgjob.ErrInvalidConfig, "DefaultTimeout", ""},
+		{"negative-grace", bgjob.Config{KillGrace: -1}, bgjob.ErrInvalidConfig, "KillGrace", ""},
+		{"negative-progress", bgjob.Config{ProgressInterval: -1}, bgjob.ErrInvalidConfig, "ProgressInterval", ""},
+		{"negative-max-running", bgjob.Config{MaxRunning: -1}, bgjob.ErrInvalidConfig, "MaxRunning", ""},
+		{"negative-head", bgjob.Config{HeadBytes: -1}, bgjob.ErrInvalidConfig, "HeadBytes", ""},
+		{"negative-tail", bgjob.Config{TailBytes: -1}, bgjob.ErrInvalidConfig, "TailBytes", ""},
+		{"relative-state-dir", bgjob.Config{StateDir: "state"}, bgjob.ErrInvalidConfig, "StateDir", ""},
+		{"short-id-key", bgjob.Config{IDKey: []byte("short")}, bgjob.ErrInvalidConfig, "IDKey", ""},
+		{"durable-mode", bgjob.Config{StateDir: t.TempDir()}, bgjob.ErrUnsupported, "StateDir", onLinux("durable mode works on Linux: see durable_linux_test.go")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.name == "durable-mode" && runtime.GOOS == "linux" {
-				t.Skip("durable mode works on Linux: see durable_linux_test.go")
+			if tc.skip != "" {
+				t.Skip(tc.skip)
 			}
 			_, err := bgjob.New(tc.cfg)
 			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.field) {
@@ -651,4 +656,85 @@ func TestCloseWithExpiredContextKillsAtOnce(t *testing.T) {
 		t.Errorf("got %v; want cancelled", s.State)
 	}
 	assertGone(t, s)
+}
+
+// onLinux returns why on Linux, and "" elsewhere.
+func onLinux(why string) string {
+	if runtime.GOOS == "linux" {
+		return why
+	}
+	return ""
+}
+
+// fakeClock is a registry clock that moves only when the test moves it.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// advance moves the clock by d and wakes r's jobs to look at it.
+func (c *fakeClock) advance(r *bgjob.Registry, d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+	bgjob.Poke(r)
+}
+
+// The timeouts and the kill grace follow the registry's clock: on a
+// synthetic one a job ends exactly when the clock reaches its limit,
+// whatever the real time.
+func TestTimeoutsSyntheticClock(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		spec   bgjob.Spec
+		steps  []time.Duration // moves of the clock; the job ends at the last
+		reason string
+	}{
+		{"wall", bgjob.Spec{Command: "echo ready; sleep 300", Timeout: 10 * time.Second},
+			[]time.Duration{10 * time.Second}, "timed out after 10s"},
+		{"idle", bgjob.Spec{Command: "echo ready; sleep 300", IdleTimeout: 5 * time.Second},
+			[]time.Duration{5 * time.Second}, "idle for 5s"},
+		{"grace-then-kill", func() bgjob.Spec {
+			s := helperSpec("noteterm")
+			s.Command = "exec " + s.Command
+			s.Timeout = time.Second
+			return s
+		}(),
+			[]time.Duration{time.Second, 30 * time.Second}, "timed out after 1s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+			r := newRegistry(t, bgjob.Config{KillGrace: 30 * time.Second})
+			bgjob.SetClock(r, clock.Now)
+			s, err := r.Start(ctxT(t), tc.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitOutput(t, r, s.ID, "ready", 1)
+			var total time.Duration
+			for i, d := range tc.steps {
+				if i > 0 {
+					// The polite signal is out, and the helper lives
+					// on: nothing ends it before the clock moves again.
+					waitOutput(t, r, s.ID, "term", 1)
+				}
+				clock.advance(r, d)
+				total += d
+			}
+			s = wait(t, r, s.ID)
+			if s.State != bgjob.TimedOut || s.ExitCode != 124 || s.Reason != tc.reason {
+				t.Errorf("got %v %d %q; want timed_out 124 %q", s.State, s.ExitCode, s.Reason, tc.reason)
+			}
+			if got := s.Ended.Sub(s.Started); got != total {
+				t.Errorf("ended %v after the start by the registry's clock; want exactly %v", got, total)
+			}
+			assertGone(t, s)
+		})
+	}
 }

@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/zeebo/blake3"
@@ -77,11 +79,34 @@ type record struct {
 	CompletionDelivered bool `json:"completion_delivered"`
 }
 
-// store is a Registry's state directory.
+// store is a Registry's state directory: durable mode's journal.
 type store struct {
+	// Set by openStore and never written again.
 	dir string
 	key [32]byte // keys the session folder names
 	lim readLimits
+	log *slog.Logger
+
+	mu sync.Mutex // guards runs and trash; a leaf: nothing is taken while it is held
+	// runs maps each job the journal keeps to its run folder's record.
+	// A job is added by launching or restore and removed once its
+	// folder is gone.
+	runs map[*job]*runRec
+	// trash holds the jobs forgotten by the registry since the last
+	// purge: forgottenLocked appends, purge takes them all.
+	trash []*job
+}
+
+// runRec is the record of one run of a job, in its run folder.
+type runRec struct {
+	dir string // the run folder, StateDir/sessions/SESSION/ID.GEN
+
+	// mu guards rec and gone. It is taken before Registry.mu, never
+	// after, since record writes do I/O: ending holds it across the
+	// registry's table update.
+	mu   sync.Mutex
+	rec  record // the record as last written, or about to be
+	gone bool   // the folder was removed: write nothing more
 }
 
 // openStore creates the state directory's layout if needed and returns
@@ -89,19 +114,19 @@ type store struct {
 // (made on first use), so IDs stay stable across restarts.
 func openStore(c *Config) (*store, []byte, error) {
 	if err := durableCheck(); err != nil {
-		return nil, nil, fmt.Errorf("bgjob: Config.StateDir: %w", err)
+		return nil, nil, fmt.Errorf("bgjob: new: Config.StateDir: %w", err)
 	}
-	st := &store{dir: c.StateDir}
+	st := &store{dir: c.StateDir, log: c.Logger, runs: make(map[*job]*runRec)}
 	for _, d := range []string{st.dir, filepath.Join(st.dir, sessionsDir)} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
-			return nil, nil, fmt.Errorf("bgjob: Config.StateDir: %w", err)
+			return nil, nil, fmt.Errorf("bgjob: new: Config.StateDir: %w", err)
 		}
 	}
 	key := c.IDKey
 	if key == nil {
 		var err error
 		if key, err = st.idKey(); err != nil {
-			return nil, nil, fmt.Errorf("bgjob: Config.StateDir: id key: %w", err)
+			return nil, nil, fmt.Errorf("bgjob: new: Config.StateDir: id key: %w", err)
 		}
 	}
 	blake3.DeriveKey("github.com/bgjob/bgjob 2026-11 session folder key", key, st.key[:])
@@ -179,22 +204,22 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
-// writeRecordLocked writes j's record; j.recMu must be held.
-func (r *Registry) writeRecordLocked(j *job) {
-	if j.recGone {
+// writeLocked writes the record; rr.mu must be held.
+func (st *store) writeLocked(rr *runRec) {
+	if rr.gone {
 		return
 	}
-	b, err := json.Marshal(&j.rec)
+	b, err := json.Marshal(&rr.rec)
 	if err == nil {
-		err = writeFileSync(j.run, recordFile, b)
+		err = writeFileSync(rr.dir, recordFile, b)
 	}
 	if err != nil {
-		r.cfg.Logger.Warn("bgjob: write record", "id", j.id, "err", err)
+		st.log.Warn("bgjob: write record", "id", rr.rec.ID, "err", err)
 		return
 	}
 	// Keep room for the next update (its end, its delivery), taken as the
 	// rename frees the old record's, so it can be written on a full disk.
-	reserveSpare(filepath.Join(j.run, recordFile+".tmp"), int64(len(b))+1024)
+	reserveSpare(filepath.Join(rr.dir, recordFile+".tmp"), int64(len(b))+1024)
 }
 
 // readRecord reads and checks a run folder's record, which must name the
@@ -253,117 +278,169 @@ func readMarker(run string) (int, bool) {
 	return n, err == nil
 }
 
-// prepareRun makes j's run folder and writes its record, state
-// "starting", before the process exists.
-func (r *Registry) prepareRun(j *job) error {
-	if err := os.MkdirAll(filepath.Dir(j.run), 0o700); err != nil {
-		return err
-	}
-	if err := os.Mkdir(j.run, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		return err
-	}
-	j.recMu.Lock()
-	defer j.recMu.Unlock()
-	j.rec = record{
+// get returns j's record, or nil if the journal keeps none for it.
+func (st *store) get(j *job) *runRec {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.runs[j]
+}
+
+// launching makes j's run folder and writes its record, state
+// "starting", before the process exists. On failure it leaves no
+// half-made folder for the next replay to quarantine.
+func (st *store) launching(j *job) error {
+	rr := &runRec{dir: filepath.Join(st.sessionDir(j.spec.Session), string(j.id)+"."+strconv.FormatUint(j.gen, 10))}
+	rr.rec = record{
 		Version: recordVersion, ID: j.id, Gen: j.gen, Session: j.spec.Session,
 		Command: j.spec.Command, Dir: j.spec.Dir, Timeout: j.timeout, IdleTimeout: j.spec.IdleTimeout,
 		State: stateStarting, ExitCode: exitUnknown, Started: j.started, Pollable: true,
 	}
-	b, err := json.Marshal(&j.rec)
+	err := os.MkdirAll(filepath.Dir(rr.dir), 0o700)
+	if err == nil {
+		if err = os.Mkdir(rr.dir, 0o700); errors.Is(err, os.ErrExist) {
+			err = nil
+		}
+	}
+	var b []byte
+	if err == nil {
+		b, err = json.Marshal(&rr.rec)
+	}
+	if err == nil {
+		err = writeFileSync(rr.dir, recordFile, b)
+	}
 	if err != nil {
+		if rerr := os.RemoveAll(rr.dir); rerr != nil {
+			st.log.Warn("bgjob: remove run folder", "id", j.id, "err", rerr)
+		}
 		return err
 	}
-	return writeFileSync(j.run, recordFile, b)
+	st.mu.Lock()
+	st.runs[j] = rr
+	st.mu.Unlock()
+	return nil
 }
 
-// recordRunning records the process of a started job.
-func (r *Registry) recordRunning(j *job, pid int) {
-	st, _, _ := procStart(pid)
-	j.recMu.Lock()
-	defer j.recMu.Unlock()
-	j.rec.State, j.rec.PID, j.rec.StartTime, j.rec.BootID = Running.String(), pid, st, bootID()
-	r.writeRecordLocked(j)
+// wrap sends j's output to its run folder's file and runs its command
+// line under the wrapper that writes the exit marker there.
+func (st *store) wrap(j *job, pl *plan) error {
+	rr := st.get(j)
+	if rr == nil {
+		return fmt.Errorf("no record: %w", ErrUnsupported)
+	}
+	if err := prepareMarker(rr.dir); err != nil {
+		return fmt.Errorf("exit marker: %w", err)
+	}
+	pl.output = outputPlan{file: filepath.Join(rr.dir, outputFile), exited: j.exited.Load, lim: st.lim}
+	pl.argv = wrapArgv(rr.dir, pl.argv)
+	return nil
 }
 
-// recordEndLocked records how j ended; j.recMu must be held.
-func (r *Registry) recordEndLocked(j *job, o outcome, ended time.Time, pollable bool) {
-	j.rec.State, j.rec.ExitCode, j.rec.Reason, j.rec.Notice = o.state.String(), o.exitCode, o.reason, o.notice
-	j.rec.Ended, j.rec.Pollable = ended, pollable
-	r.writeRecordLocked(j)
+// started records the process of a started job.
+func (st *store) started(j *job, pid int) {
+	rr := st.get(j)
+	if rr == nil {
+		return
+	}
+	start, _, _ := procStart(pid)
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	rr.rec.State, rr.rec.PID, rr.rec.StartTime, rr.rec.BootID = Running.String(), pid, start, bootID()
+	st.writeLocked(rr)
+}
+
+// ending takes j's record until the returned function has recorded how
+// j ended.
+func (st *store) ending(j *job) func(outcome, time.Time, bool) {
+	rr := st.get(j)
+	if rr == nil {
+		return endNothing
+	}
+	rr.mu.Lock()
+	return func(o outcome, ended time.Time, pollable bool) {
+		defer rr.mu.Unlock()
+		rr.rec.State, rr.rec.ExitCode, rr.rec.Reason, rr.rec.Notice = o.state.String(), o.exitCode, o.reason, o.notice
+		rr.rec.Ended, rr.rec.Pollable = ended, pollable
+		st.writeLocked(rr)
+	}
 }
 
 // delivered records that j's completion was delivered, so that no later
 // Registry delivers it again. An evicted job's folder goes with it.
-func (r *Registry) delivered(j *job) {
-	j.recMu.Lock()
-	defer j.recMu.Unlock()
-	if j.recGone || j.rec.CompletionDelivered {
+func (st *store) delivered(j *job) {
+	rr := st.get(j)
+	if rr == nil {
 		return
 	}
-	j.rec.CompletionDelivered = true
-	if j.rec.Evicted {
-		r.removeRunLocked(j)
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	if rr.gone || rr.rec.CompletionDelivered {
 		return
 	}
-	r.writeRecordLocked(j)
+	rr.rec.CompletionDelivered = true
+	if rr.rec.Evicted {
+		st.removeLocked(j, rr)
+		return
+	}
+	st.writeLocked(rr)
 }
 
-// discard handles a job that the registry forgot (evicted, replaced by a
-// new run, or a foreground result that was collected): its folder goes,
-// unless its completion is still owed; then the record says it was
-// evicted and the folder goes once the completion is delivered.
-func (r *Registry) discard(j *job) {
-	j.recMu.Lock()
-	defer j.recMu.Unlock()
-	if j.recGone {
-		return
+// forgottenLocked queues j for the next purge.
+func (st *store) forgottenLocked(j *job) {
+	st.mu.Lock()
+	if st.runs[j] != nil {
+		st.trash = append(st.trash, j)
 	}
-	if j.rec.Pollable && !j.rec.CompletionDelivered && j.rec.State != stateStarting && j.rec.State != Running.String() {
-		if !j.rec.Evicted {
-			j.rec.Evicted = true
-			r.writeRecordLocked(j)
-		}
-		return
-	}
-	r.removeRunLocked(j)
+	st.mu.Unlock()
 }
 
-func (r *Registry) removeRunLocked(j *job) {
-	j.recGone = true
-	if err := os.RemoveAll(j.run); err != nil {
-		r.cfg.Logger.Warn("bgjob: remove run folder", "id", j.id, "err", err)
-	}
-}
-
-// sweep discards the jobs forgotten since the last sweep, outside the
-// registry's lock (it does I/O).
-func (r *Registry) sweep() {
-	if r.st == nil {
-		return
-	}
-	r.mu.Lock()
-	t := r.trash
-	r.trash = nil
-	r.mu.Unlock()
+// purge lets go of the jobs forgotten since the last purge: a folder
+// goes, unless its completion is still owed; then the record says the
+// job was evicted, and the folder goes once the completion is delivered.
+func (st *store) purge() {
+	st.mu.Lock()
+	t := st.trash
+	st.trash = nil
+	st.mu.Unlock()
 	for _, j := range t {
-		r.discard(j)
+		rr := st.get(j)
+		if rr == nil {
+			continue
+		}
+		rr.mu.Lock()
+		switch {
+		case rr.gone:
+		case rr.rec.Pollable && !rr.rec.CompletionDelivered && rr.rec.State != stateStarting && rr.rec.State != Running.String():
+			if !rr.rec.Evicted {
+				rr.rec.Evicted = true
+				st.writeLocked(rr)
+			}
+		default:
+			st.removeLocked(j, rr)
+		}
+		rr.mu.Unlock()
 	}
 }
 
-// adoption is a running job found by replay, to be watched once the
-// Registry exists.
-type adoption struct {
-	j  *job
-	p  *process
-	rd outputReader
+// removeLocked removes j's run folder; rr.mu must be held.
+func (st *store) removeLocked(j *job, rr *runRec) {
+	rr.gone = true
+	if err := os.RemoveAll(rr.dir); err != nil {
+		st.log.Warn("bgjob: remove run folder", "id", j.id, "err", err)
+	}
+	st.mu.Lock()
+	delete(st.runs, j)
+	st.mu.Unlock()
 }
 
-// replay rebuilds the registry from the state directory; see
+// releasable: durable mode lets Detach release its jobs.
+func (st *store) releasable() error { return nil }
+
+// restore rebuilds the registry from the state directory (replay); see
 // Config.StateDir. It runs in New, before the Registry is shared.
-func (r *Registry) replay() []adoption {
-	sessions, err := os.ReadDir(filepath.Join(r.st.dir, sessionsDir))
+func (st *store) restore(r *Registry) []adoption {
+	sessions, err := os.ReadDir(filepath.Join(st.dir, sessionsDir))
 	if err != nil {
-		r.cfg.Logger.Warn("bgjob: replay", "err", err)
+		st.log.Warn("bgjob: replay", "err", err)
 		return nil
 	}
 	var (
@@ -374,10 +451,10 @@ func (r *Registry) replay() []adoption {
 	)
 	boot := bootID()
 	for _, s := range sessions {
-		sdir := filepath.Join(r.st.dir, sessionsDir, s.Name())
+		sdir := filepath.Join(st.dir, sessionsDir, s.Name())
 		runs, err := os.ReadDir(sdir)
 		if err != nil {
-			r.cfg.Logger.Warn("bgjob: replay", "err", err)
+			st.log.Warn("bgjob: replay", "err", err)
 			continue
 		}
 		for _, e := range runs {
@@ -387,17 +464,19 @@ func (r *Registry) replay() []adoption {
 			run := filepath.Join(sdir, e.Name())
 			rec, err := readRecord(run)
 			if err != nil {
-				r.quarantine(run, s.Name()+"-"+e.Name(), err)
+				st.quarantine(run, s.Name()+"-"+e.Name(), err)
 				continue
 			}
+			rr := &runRec{dir: run, rec: *rec}
 			j := &job{
-				id: rec.ID, gen: rec.Gen, run: run, rec: *rec,
+				id: rec.ID, gen: rec.Gen,
 				spec:    Spec{Session: rec.Session, Command: rec.Command, Dir: rec.Dir, IdleTimeout: rec.IdleTimeout},
 				timeout: rec.Timeout, started: rec.Started,
 				done: make(chan struct{}), wake: make(chan struct{}, 1), heapIdx: -1,
 				state: Running, exitCode: exitUnknown, pid: rec.PID,
 			}
 			j.spec.Timeout = rec.Timeout
+			st.runs[j] = rr
 			r.seq = max(r.seq, rec.Gen)
 			var o outcome
 			switch rec.State {
@@ -405,11 +484,11 @@ func (r *Registry) replay() []adoption {
 				o = outcome{state: Failed, exitCode: exitUnknown, reason: "spawn aborted"}
 			case Running.String():
 				if rec.BootID == boot {
-					p, rd, err := adoptProcess(rec.PID, rec.StartTime, run, j.exited.Load, r.st.lim)
+					p, rd, err := adoptProcess(rec.PID, rec.StartTime, run, j.exited.Load, st.lim)
 					if err == nil {
 						j.out = newOutbuf(r.cfg.HeadBytes, r.cfg.TailBytes)
 						j.pollable = true
-						j.rec.Pollable = true
+						rr.rec.Pollable = true
 						j.rd.Store(&rd)
 						adopted = append(adopted, adoption{j, p, rd})
 						if old := byID[j.id]; old == nil || old.gen < j.gen {
@@ -437,24 +516,22 @@ func (r *Registry) replay() []adoption {
 				if fi, err := os.Stat(filepath.Join(run, markerFile)); err == nil {
 					ended = fi.ModTime()
 				}
-				j.rec.State, j.rec.ExitCode, j.rec.Reason, j.rec.Ended, j.rec.Pollable =
+				rr.rec.State, rr.rec.ExitCode, rr.rec.Reason, rr.rec.Ended, rr.rec.Pollable =
 					o.state.String(), o.exitCode, o.reason, ended, true
-				j.recMu.Lock()
-				r.writeRecordLocked(j)
-				j.recMu.Unlock()
+				st.writeLocked(rr) // rr is not shared yet
 			}
-			j.state, j.exitCode, j.reason, j.ended = o.state, o.exitCode, o.reason, j.rec.Ended
-			j.pollable, j.finished = j.rec.Pollable, true
+			j.state, j.exitCode, j.reason, j.ended = o.state, o.exitCode, o.reason, rr.rec.Ended
+			j.pollable, j.finished = rr.rec.Pollable, true
 			close(j.done)
-			if j.pollable && !j.rec.CompletionDelivered {
+			if j.pollable && !rr.rec.CompletionDelivered {
 				owed = append(owed, queued{c: Completion{ID: j.id, Session: j.spec.Session, Command: j.spec.Command,
 					State: j.state, ExitCode: j.exitCode, Ended: j.ended}, j: j})
 			}
-			if !j.pollable || j.rec.Evicted {
+			if !j.pollable || rr.rec.Evicted {
 				gone = append(gone, j)
 				continue
 			}
-			j.fin = r.rebuild(j, o.notice)
+			j.fin = r.rebuild(j, run, o.notice)
 			if old := byID[j.id]; old == nil || old.gen < j.gen {
 				if old != nil {
 					gone = append(gone, old)
@@ -478,16 +555,16 @@ func (r *Registry) replay() []adoption {
 			r.running++
 		}
 	}
-	r.pruneLocked(r.now())
-	r.trash = append(r.trash, gone...)
+	r.evictLocked(r.now())
+	st.trash = append(st.trash, gone...)
 	return adopted
 }
 
 // rebuild makes a replayed job's final output from its output file: the
 // head and the tail, through the same buffer and admission as a live job.
-func (r *Registry) rebuild(j *job, notice string) *final {
+func (r *Registry) rebuild(j *job, run, notice string) *final {
 	b := newOutbuf(r.cfg.HeadBytes, r.cfg.TailBytes)
-	if f, err := os.Open(filepath.Join(j.run, outputFile)); err == nil {
+	if f, err := os.Open(filepath.Join(run, outputFile)); err == nil {
 		if fi, err := f.Stat(); err == nil {
 			size := fi.Size()
 			head := min(size, int64(r.cfg.HeadBytes))
@@ -508,12 +585,12 @@ func (r *Registry) rebuild(j *job, notice string) *final {
 }
 
 // quarantine moves an unreadable run folder out of the way and logs it.
-func (r *Registry) quarantine(run, name string, cause error) {
-	q := filepath.Join(r.st.dir, quarantineDir)
+func (st *store) quarantine(run, name string, cause error) {
+	q := filepath.Join(st.dir, quarantineDir)
 	dst := filepath.Join(q, name)
 	err := os.MkdirAll(q, 0o700)
 	if err == nil {
 		err = os.Rename(run, dst)
 	}
-	r.cfg.Logger.Warn("bgjob: unreadable job record quarantined", "folder", run, "to", dst, "cause", cause, "err", err)
+	st.log.Warn("bgjob: unreadable job record quarantined", "folder", run, "to", dst, "cause", cause, "err", err)
 }

@@ -41,67 +41,60 @@ exit "$s"`
 const wrapperShell = "/bin/sh"
 
 // durableCheck reports whether durable mode works here: it needs pidfds
-// (to watch a process that is not the host's child) and inotify.
+// (to watch a process that is not the host's child) and the wrapper
+// shell.
 func durableCheck() error {
 	fd, err := unix.PidfdOpen(os.Getpid(), 0)
 	if err != nil {
-		return fmt.Errorf("pidfd_open: %w (%w)", err, ErrUnsupported)
+		return fmt.Errorf("pidfd_open: %w: %w", err, ErrUnsupported)
 	}
 	unix.Close(fd)
 	if _, err := os.Stat(wrapperShell); err != nil {
-		return fmt.Errorf("%s: %w (%w)", wrapperShell, err, ErrUnsupported)
+		return fmt.Errorf("%s: %w: %w", wrapperShell, err, ErrUnsupported)
 	}
 	return nil
 }
 
-// startDurable starts argv like startProcess, but under the wrapper shell
-// and with the file run/output (opened O_APPEND) as its stdout and
-// stderr, so the child writes its output to disk itself. The reader
-// follows that file; exited tells it that the shell has exited.
-func startDurable(argv []string, dir string, env []string, stdin, run string, exited func() bool, lim readLimits) (*process, outputReader, error) {
-	path, err := lookShell(argv[0])
+// wrapArgv returns argv run under the wrapper shell that writes its
+// status to the exit marker in the run folder dir.
+func wrapArgv(dir string, argv []string) []string {
+	w := make([]string, 0, len(argv)+5)
+	w = append(w, wrapperShell, "-c", wrapperScript, "sh", dir)
+	return append(w, argv...)
+}
+
+// prepareMarker makes the exit marker's temporary file in the run folder
+// dir, empty and 0600: its mode is set here, since the wrapper's umask is
+// the job's. Its block is reserved now, and the wrapper writes into it
+// without truncating (1<>), so that a job ending on a full disk still
+// leaves its status.
+func prepareMarker(dir string) error {
+	tmp, err := unix.Open(filepath.Join(dir, markerFile+".tmp"), unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return nil, nil, err
-	}
-	name := filepath.Join(run, outputFile)
-	out, err := unix.Open(name, unix.O_WRONLY|unix.O_CREAT|unix.O_APPEND|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, nil, fmt.Errorf("output: %w", err)
-	}
-	defer unix.Close(out)
-	// The marker's mode is set here: the wrapper's umask is the job's.
-	// Its block is reserved now, and the wrapper writes into it without
-	// truncating (1<>), so that a job ending on a full disk still leaves
-	// its status.
-	tmp, err := unix.Open(filepath.Join(run, markerFile+".tmp"), unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, nil, fmt.Errorf("exit marker: %w", err)
+		return err
 	}
 	err = unix.Fallocate(tmp, unix.FALLOC_FL_KEEP_SIZE, 0, 4096)
 	unix.Close(tmp)
 	if err != nil && err != unix.EOPNOTSUPP {
-		return nil, nil, fmt.Errorf("exit marker: %w", err)
+		return err
 	}
-	rd, err := newFileReader(name, exited, lim)
+	return nil
+}
+
+// openOutputFile opens o.file for the child to append its stdout and
+// stderr to (O_APPEND), so the child writes its output to disk itself,
+// and a reader that follows the file.
+func openOutputFile(o *outputPlan) (int, outputReader, error) {
+	out, err := unix.Open(o.file, unix.O_WRONLY|unix.O_CREAT|unix.O_APPEND|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return nil, nil, fmt.Errorf("output: %w", err)
+		return -1, nil, fmt.Errorf("output: %w", err)
 	}
-	wargv := make([]string, 0, len(argv)+5)
-	wargv = append(wargv, wrapperShell, "-c", wrapperScript, "sh", run, path)
-	wargv = append(wargv, argv[1:]...)
-	p, err := forkJob(wargv, dir, env, stdin, out, true)
+	rd, err := newFileReader(o.file, o.exited, o.lim)
 	if err != nil {
-		rd.Close()
-		return nil, nil, err
+		unix.Close(out)
+		return -1, nil, fmt.Errorf("output: %w", err)
 	}
-	if p.pidfd == nil {
-		// Detach could not end the waiter, which blocks in waitid.
-		p.signal(true)
-		p.reap()
-		rd.Close()
-		return nil, nil, fmt.Errorf("no pidfd: %w", ErrUnsupported)
-	}
-	return p, rd, nil
+	return out, rd, nil
 }
 
 // procStart returns the start time of process pid (field 22 of
@@ -164,7 +157,9 @@ func adoptProcess(pid int, start uint64, run string, exited func() bool, lim rea
 		unix.Close(fd)
 		return nil, nil, err
 	}
-	return &process{pid: pid, pidfd: os.NewFile(uintptr(fd), "pidfd"), pidfdNum: fd, polled: true, adopted: true, run: run}, rd, nil
+	p := &process{pid: pid}
+	p.pidfd, p.pidfdNum, p.polled, p.adopted, p.markerDir = os.NewFile(uintptr(fd), "pidfd"), fd, true, true, run
+	return p, rd, nil
 }
 
 // waitAdopted blocks until an adopted process has exited: its pidfd turns
@@ -195,7 +190,7 @@ func reapAdopted(p *process) (int, error) {
 			unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG, nil)
 		})
 	}
-	code, ok := readMarker(p.run)
+	code, ok := readMarker(p.markerDir)
 	if !ok {
 		return exitUnknown, errNoMarker
 	}

@@ -17,9 +17,11 @@ func durableCheck() error {
 
 type readLimits struct{ keep, tail, max int64 }
 
-func startDurable([]string, string, []string, string, string, func() bool, readLimits) (*process, outputReader, error) {
-	return nil, nil, ErrUnsupported
-}
+func wrapArgv(string, []string) []string { return nil }
+
+func prepareMarker(string) error { return ErrUnsupported }
+
+func openOutputFile(*outputPlan) (int, outputReader, error) { return -1, nil, ErrUnsupported }
 
 func procStart(int) (uint64, bool, bool) { return 0, false, false }
 
@@ -28,7 +30,5 @@ func bootID() string { return "" }
 func adoptProcess(int, uint64, string, func() bool, readLimits) (*process, outputReader, error) {
 	return nil, nil, errGone
 }
-
-func reapAdopted(*process) (int, error) { return exitUnknown, ErrUnsupported }
 
 func reserveSpare(string, int64) {}

@@ -11,8 +11,25 @@ func SetHooks(r *Registry, spawn, collect func(ID)) {
 	r.hookSpawn, r.hookCollect = spawn, collect
 }
 
-// SetClock replaces the retention clock.
+// SetClock replaces the registry's clock: retention, job times and the
+// supervisor's timers read it. Call it before the first launch; after
+// moving the clock, call Poke so that running jobs look at it.
 func SetClock(r *Registry, now func() time.Time) { r.now = now }
+
+// Poke wakes the supervisor of every running job, as a request would.
+func Poke(r *Registry) {
+	r.mu.Lock()
+	var js []*job
+	for _, j := range r.jobs {
+		if !j.finished {
+			js = append(js, j)
+		}
+	}
+	r.mu.Unlock()
+	for _, j := range js {
+		j.poke()
+	}
+}
 
 // RequestCancel asks for a job's stop without waiting for its end, as the
 // first half of Cancel does.
@@ -21,21 +38,20 @@ func RequestCancel(r *Registry, id ID) {
 	j := r.jobs[id]
 	r.mu.Unlock()
 	if j != nil {
-		j.stopReq.CompareAndSwap(stopNone, stopCancel)
-		j.poke()
+		j.request(stopCancel)
 	}
 }
 
 // FailSpawns makes every later spawn fail at once without a process, for
 // benchmarks of the registry's own bookkeeping.
 func FailSpawns(r *Registry) {
-	r.start = func([]string, string, []string, string) (*process, outputReader, error) {
+	r.start = func(*plan) (*process, outputReader, error) {
 		return nil, nil, ErrUnsupported
 	}
 }
 
 // RealSpawns undoes FailSpawns.
-func RealSpawns(r *Registry) { r.start = startProcess }
+func RealSpawns(r *Registry) { r.start = startJob }
 
 // Retained returns the number of jobs in the retention set.
 func Retained(r *Registry) int {

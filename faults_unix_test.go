@@ -126,18 +126,20 @@ func TestFaultKilledFromOutside(t *testing.T) {
 	tel := &telemetryRecorder{}
 	r := newRegistry(t, bgjob.Config{Telemetry: tel})
 	for _, tc := range []struct {
-		name  string
-		spec  bgjob.Spec
-		group bool // kill the whole group, not only the shell
+		name      string
+		spec      bgjob.Spec
+		ready     bool // wait for "ready" before the kill
+		group     bool // kill the whole group, not only the shell
+		leftovers bool // the notice counts leftover children
 	}{
-		{"shell", bgjob.Spec{Command: "sleep 300"}, false},
-		{"shell-with-children", bgjob.Spec{Command: "sleep 300 & sleep 300 & echo ready; wait"}, false},
-		{"whole-group", bgjob.Spec{Command: "sleep 300 & sleep 300 & echo ready; wait"}, true},
-		{"helper", helperSpec("ignoreterm"), false},
+		{"shell", bgjob.Spec{Command: "sleep 300"}, false, false, false},
+		{"shell-with-children", bgjob.Spec{Command: "sleep 300 & sleep 300 & echo ready; wait"}, true, false, true},
+		{"whole-group", bgjob.Spec{Command: "sleep 300 & sleep 300 & echo ready; wait"}, true, true, false},
+		{"helper", helperSpec("ignoreterm"), true, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := mustStart(t, r, tc.spec)
-			if tc.spec.Command != "sleep 300" {
+			if tc.ready {
 				waitOutput(t, r, s.ID, "ready", 1)
 			}
 			// The job cannot end by itself, so its PID is still its own.
@@ -152,7 +154,7 @@ func TestFaultKilledFromOutside(t *testing.T) {
 			if s.State != bgjob.Exited || s.ExitCode != 137 || s.Reason != "" {
 				t.Errorf("got %v exit %d reason %q; want exited 137", s.State, s.ExitCode, s.Reason)
 			}
-			if tc.name == "shell-with-children" && !strings.Contains(s.Output.Notice, "leftover") {
+			if tc.leftovers && !strings.Contains(s.Output.Notice, "leftover") {
 				t.Errorf("notice %q; want the leftover children counted", s.Output.Notice)
 			}
 			assertGone(t, s)

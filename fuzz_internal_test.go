@@ -20,7 +20,7 @@ type launch struct {
 func (l launch) id(key *[32]byte, unique bool) ID {
 	spec := Spec{Session: l.session, Command: l.command, Dir: l.dir, Stdin: l.stdin,
 		Timeout: time.Duration(l.timeout), IdleTimeout: time.Duration(l.idle), Env: l.env, Unique: unique}
-	return jobID(key, &spec, l.dir, time.Duration(l.timeout))
+	return freshID(key, &spec, l.dir, time.Duration(l.timeout))
 }
 
 func (l launch) equal(m launch) bool {

@@ -75,6 +75,14 @@ func helper(args []string) int {
 		signal.Ignore(syscall.SIGTERM)
 		fmt.Println("ready")
 		select {}
+	case "noteterm": // noteterm: say "ready", then "term" at each SIGTERM, which it survives; wait forever
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGTERM)
+		fmt.Println("ready")
+		for range c {
+			fmt.Println("term")
+		}
+		return 0
 	case "sleep": // sleep MS
 		time.Sleep(time.Duration(arg(1)) * time.Millisecond)
 		return 0

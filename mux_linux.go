@@ -43,9 +43,9 @@ type muxReader struct {
 // job never pays for the resize.
 const loud = 16 << 10
 
-// openOutput makes the reader of a job's output pipe, whose read end fd
+// newPipeReader makes the reader of a job's output pipe, whose read end fd
 // must be non-blocking. It takes fd over, also on error.
-func openOutput(fd int) (outputReader, error) {
+func newPipeReader(fd int) (outputReader, error) {
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		unix.Close(fd)

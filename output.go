@@ -2,6 +2,7 @@ package bgjob
 
 import (
 	"bytes"
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -11,6 +12,20 @@ import (
 // or not at all, so a secret on a line that straddles the omission is
 // never shown in two halves that a redactor could not recognise.
 const lineSlack = 4096
+
+// The output chain. Every raw chunk a job writes passes down it once, in
+// stream order, from the supervisor (the only writer): first the job's
+// head/tail buffer, which is all of it today. A stage that must see every
+// byte, such as a watch over the lines, goes after the buffer in emit;
+// text leaves the registry only through the Admitter (admission.go),
+// never from here.
+
+// emit passes a raw chunk of j's output down the output chain.
+func (j *job) emit(p []byte) {
+	j.mu.Lock()
+	j.out.write(p)
+	j.mu.Unlock()
+}
 
 // outbuf keeps the head and the tail of a job's output stream. Memory
 // grows with the output up to headCap+tailCap and never beyond; what
@@ -258,7 +273,7 @@ func mapSegments(t, sep string, pieces []rawPiece) []segment {
 	return segs
 }
 
-// readFinal serves Read for a finished job from its admitted segments.
+// read serves Read for a finished job from its admitted segments.
 func (f *final) read(offset int64, max int) Chunk {
 	total := f.out.Total
 	c := Chunk{Offset: offset, Next: offset, Done: true}
@@ -344,4 +359,91 @@ func lineAt(starts []int32, k int) int32 {
 		return 0
 	}
 	return starts[k-1]
+}
+
+// Read returns the job's output from the absolute stream offset, at most
+// about max bytes of it. Read never consumes output: any offset may be
+// read again, by any number of readers. Asking for bytes the registry no
+// longer holds returns the next held byte with Chunk.Skipped set.
+//
+// Without an Admitter, Data is exactly the stream's bytes [Offset, Next).
+// With one, Data is the admitted form of those bytes, so its length may
+// differ from Next-Offset while the offsets stay those of the raw stream,
+// and Read serves whole lines, so that no secret is split between two
+// chunks: a chunk ends after a newline, running up to 4 KiB past max to
+// finish a line, and a running job's incomplete last line waits until it
+// is complete (only a line longer than max plus 4 KiB is cut). After the job ends, Data comes from the
+// final admitted text: byte for byte where the Admitter kept the length,
+// line for line where it kept the number of lines, and otherwise as the
+// whole of the head or the tail, served only from its start.
+//
+// Read fails with ErrNotFound for an unknown ID and with
+// ErrInvalidArgument for a negative offset, an offset past the end of
+// the stream, or a max that is not positive.
+func (r *Registry) Read(id ID, offset int64, max int) (Chunk, error) {
+	if offset < 0 {
+		return Chunk{}, fmt.Errorf("bgjob: read %s: offset %d: negative: %w", id, offset, ErrInvalidArgument)
+	}
+	if max <= 0 {
+		return Chunk{}, fmt.Errorf("bgjob: read %s: max %d: not positive: %w", id, max, ErrInvalidArgument)
+	}
+	j, err := r.lookup("read", id)
+	if err != nil {
+		return Chunk{}, err
+	}
+	j.mu.Lock()
+	if f := j.fin; f != nil {
+		j.mu.Unlock()
+		if offset > f.out.Total {
+			return Chunk{}, pastEnd(id, offset, f.out.Total)
+		}
+		return f.read(offset, max), nil
+	}
+	b := j.out
+	if total := b.total; offset > total {
+		j.mu.Unlock()
+		return Chunk{}, pastEnd(id, offset, total)
+	}
+	headEnd, tailBegin := b.held()
+	c := Chunk{Offset: offset}
+	if offset >= headEnd && offset < tailBegin {
+		c.Skipped, c.Offset = tailBegin-offset, tailBegin
+	}
+	end := b.total
+	if c.Offset < headEnd {
+		end = headEnd
+	}
+	to := min(c.Offset+int64(max), end)
+	if r.cfg.Admitter == nil {
+		c.Data, c.Next = string(b.appendRange(nil, c.Offset, to)), to
+		j.mu.Unlock()
+		return c, nil
+	}
+	// Whole lines only, so that the Admitter never sees half a secret: a
+	// chunk ends after its last newline, or runs on to finish its only
+	// line (up to lineSlack bytes past max).
+	data := b.appendRange(nil, c.Offset, min(to+lineSlack, end))
+	total := b.total
+	j.mu.Unlock()
+	n := int(to - c.Offset)
+	if i := bytes.LastIndexByte(data[:n], '\n'); i >= 0 {
+		data = data[:i+1]
+	} else if i := bytes.IndexByte(data[n:], '\n'); i >= 0 {
+		data = data[:n+i+1]
+	} else if c.Offset+int64(len(data)) == total && len(data) < max+lineSlack {
+		data = nil // a running job's incomplete last line: wait for the rest
+	} else {
+		data = data[:n] // a line too long to serve whole
+	}
+	c.Next = c.Offset + int64(len(data))
+	if len(data) > 0 {
+		a := r.admit(AdmitRequest{ID: j.id, Session: j.spec.Session, Command: j.spec.Command,
+			Text: string(data), Partial: true, Omitted: total - int64(len(data))})
+		c.Data = a.Text
+	}
+	return c, nil
+}
+
+func pastEnd(id ID, offset, total int64) error {
+	return fmt.Errorf("bgjob: read %s: offset %d: past the end of the stream (%d): %w", id, offset, total, ErrInvalidArgument)
 }

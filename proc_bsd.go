@@ -4,16 +4,11 @@ package bgjob
 
 import (
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
 
 const canSpawn = true
-
-func sysProcAttr(*int) *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setsid: true}
-}
 
 // wait blocks until the shell has exited, without reaping it: a kqueue
 // EVFILT_PROC/NOTE_EXIT event reports the exit and leaves the zombie.
@@ -44,24 +39,3 @@ func (p *process) wait() error {
 		return nil
 	}
 }
-
-// liveMembers reports whether group pgid has members. Without /proc it
-// cannot tell zombies apart, so it counts one for any member; these
-// systems' init reaps orphans promptly, so zombies do not linger.
-func liveMembers(pgid int) []int {
-	if err := unix.Kill(-pgid, 0); err == unix.ESRCH {
-		return nil
-	}
-	return []int{-1}
-}
-
-// awaitEmpty waits until the group has no process or the deadline passes.
-// No event reports the death of a process that is not our child, so it
-// checks at growing intervals.
-func (p *process) awaitEmpty(deadline time.Time) int {
-	return awaitEmptyPolling(p.pid, deadline)
-}
-
-func enableSubreaper() error { return nil } // unreachable: New refuses Subreaper here
-
-func (p *process) reapOrphans() {}

@@ -13,8 +13,65 @@ import (
 
 const canSpawn = true
 
+// procOS is what a Linux process adds to the Unix one: the shell's pidfd,
+// and how an adopted shell is watched.
+type procOS struct {
+	pidfd    *os.File // the shell's pidfd, if the kernel gave one
+	pidfdNum int      // its number, or -1
+	polled   bool     // pidfd is in the runtime's poller
+
+	// adopted marks a process that a durable Registry found running at
+	// New: not its child, so it is watched through its pidfd and its
+	// exit code comes from the exit marker in the folder markerDir.
+	adopted   bool
+	markerDir string
+}
+
+// sysProcAttr is the containment of a job's shell: a new session (and so
+// a new process group). pidfd receives the shell's pidfd.
 func sysProcAttr(pidfd *int) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setsid: true, PidFD: pidfd}
+}
+
+// watchPidfd keeps the pidfd that the spawn gave (pidfd < 0: none). With
+// poll set it must go into the runtime's poller, so it is made
+// non-blocking; a pidfd that cannot be is dropped.
+func (p *process) watchPidfd(pidfd int, poll bool) {
+	p.pidfdNum = -1
+	if pidfd < 0 {
+		return
+	}
+	if !poll || unix.SetNonblock(pidfd, true) == nil {
+		p.pidfd, p.pidfdNum, p.polled = os.NewFile(uintptr(pidfd), "pidfd"), pidfd, poll
+	} else {
+		unix.Close(pidfd)
+	}
+}
+
+// releasable reports whether a wait on p can be ended by unwatch: it
+// waits on a pidfd.
+func (p *process) releasable() bool { return p.pidfd != nil }
+
+// unwatch ends a wait on the process (see wait), for Detach.
+func (p *process) unwatch() {
+	if p.polled {
+		p.pidfd.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
+// reap collects the shell's exit status; see platformProcess.
+func (p *process) reap() (int, error) {
+	if p.adopted {
+		return reapAdopted(p)
+	}
+	return p.reapChild()
+}
+
+// close frees the pidfd once the process has been reaped.
+func (p *process) close() {
+	if p.pidfd != nil {
+		p.pidfd.Close()
+	}
 }
 
 // wait blocks until the shell has exited, without reaping it. With a

@@ -190,11 +190,11 @@ func readUntil(t *testing.T, rd outputReader, sub string) string {
 }
 
 func TestJobObjectHoldsTree(t *testing.T) {
-	p, rd, err := startProcess(helperArgv("tree"), "", helperEnviron(), "")
+	p, rd, err := startJob(&plan{argv: helperArgv("tree"), dir: "", env: helperEnviron()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.release()
+	defer p.close()
 	defer rd.Close()
 	readUntil(t, rd, "grandchild ")
 	if n := p.live(); n != 2 {
@@ -223,7 +223,7 @@ func TestNoLeftoversAfterPlainExit(t *testing.T) {
 	// The shell's own exit must not count as a leftover, even right
 	// after the wait returns.
 	for i := range 10 {
-		p, rd, err := startProcess(helperArgv("exit", "0"), "", helperEnviron(), "")
+		p, rd, err := startJob(&plan{argv: helperArgv("exit", "0"), dir: "", env: helperEnviron()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -234,18 +234,18 @@ func TestNoLeftoversAfterPlainExit(t *testing.T) {
 			t.Errorf("run %d: leftovers: got %d; want 0", i, n)
 		}
 		rd.Close()
-		p.release()
+		p.close()
 	}
 }
 
 func TestAwaitEmptyWakesOnExit(t *testing.T) {
 	// A leftover that exits by itself ends awaitEmpty at once, not at its
 	// deadline.
-	p, rd, err := startProcess(helperArgv("sleep", "300"), "", helperEnviron(), "")
+	p, rd, err := startJob(&plan{argv: helperArgv("sleep", "300"), dir: "", env: helperEnviron()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.release()
+	defer p.close()
 	defer rd.Close()
 	start := time.Now()
 	if n := p.awaitEmpty(start.Add(20 * time.Second)); n != 0 {
@@ -269,11 +269,11 @@ func TestStartFailures(t *testing.T) {
 		{"no-such-dir", helperArgv("exit", "0"), `C:\no\such\dir`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, rd, err := startProcess(tc.argv, tc.dir, helperEnviron(), "")
+			p, rd, err := startJob(&plan{argv: tc.argv, dir: tc.dir, env: helperEnviron()})
 			if err == nil {
 				rd.Close()
 				p.wait()
-				p.release()
+				p.close()
 				t.Fatal("started; want an error")
 			}
 		})

@@ -51,7 +51,8 @@ func (r *Registry) retainLocked(j *job) {
 	r.ret.bytes += j.retBytes
 }
 
-// forgetLocked removes j from the table and from the retained set.
+// forgetLocked removes j from the table and from the retained set: the
+// registry will not find it again.
 func (r *Registry) forgetLocked(j *job) {
 	if j.heapIdx >= 0 {
 		heap.Remove(&r.ret.h, j.heapIdx)
@@ -60,9 +61,7 @@ func (r *Registry) forgetLocked(j *job) {
 	if r.jobs[j.id] == j {
 		delete(r.jobs, j.id)
 	}
-	if j.run != "" {
-		r.trash = append(r.trash, j) // its folder: see sweep
-	}
+	r.jn.forgottenLocked(j) // the journal lets go of its record later, in purge
 }
 
 // resizeLocked records that a retained job's text changed size.
@@ -73,10 +72,10 @@ func (r *Registry) resizeLocked(j *job, bytes int64) {
 	j.retBytes = bytes
 }
 
-// pruneLocked evicts retained jobs, oldest first, while the set breaks a
-// limit of Config.Retention. The newest retained job always stays. Each
-// eviction costs O(log n); when nothing is due it costs O(1).
-func (r *Registry) pruneLocked(now time.Time) {
+// evictLocked forgets retained jobs, oldest first, while the set breaks a
+// limit of Config.Retention at time now. The newest retained job always
+// stays. Each eviction costs O(log n); when nothing is due it costs O(1).
+func (r *Registry) evictLocked(now time.Time) {
 	lim := r.cfg.Retention
 	for len(r.ret.h) > 1 {
 		oldest := r.ret.h[0]

@@ -11,6 +11,7 @@ import (
 // drainGrace bounds how long a job waits for its output pipe to close
 // after its shell has exited. A grandchild that keeps the pipe open
 // delays the end by this much at most; then it is stopped as a leftover.
+// Like killWait, it is real time: it is about the system, not a policy.
 const drainGrace = 200 * time.Millisecond
 
 // killWait bounds the wait for a process group to vanish after SIGKILL.
@@ -31,17 +32,6 @@ const (
 	maxReadBuf = 256 << 10
 )
 
-// outputReader is the parent's end of a job's output pipe. Its reads
-// honour deadlines, which is how the supervisor waits for output, for a
-// timer and for a poke at once. A reader that also watches the shell (see
-// watchExit) returns errExited from a Read when the shell has exited, and
-// after EOF its Read waits for that exit.
-type outputReader interface {
-	io.Reader
-	SetReadDeadline(t time.Time) error
-	Close() error
-}
-
 // supervisor owns a job's process from its start to its end. It reads the
 // output, fires the wall and idle timeouts, turns a stop request into
 // SIGTERM and, after the grace, SIGKILL of the whole group, reaps the
@@ -59,7 +49,13 @@ type outputReader interface {
 // (run), or the RunForeground caller that launched the job, which watches
 // inline until the end, the soft cap, its ctx's end or the first progress
 // report and then hands the rest to a goroutine. Its state lives here so
-// that the hand-over loses nothing.
+// that the hand-over loses nothing; whoever runs it owns all its fields.
+//
+// Times are of two kinds. The policy's (the wall and idle timeouts, the
+// kill grace, the last output) are read from the registry's clock, so a
+// test can move them; the system's (drainGrace, killWait, and the read
+// deadline that the runtime's poller keeps) are real time. The next
+// policy deadline is turned into a real one when the read deadline is set.
 type supervisor struct {
 	r  *Registry
 	j  *job
@@ -70,26 +66,27 @@ type supervisor struct {
 	waited   <-chan struct{}
 	watching bool
 
-	grace time.Duration
-	wall  time.Time
-	idle  time.Duration
+	// The policy, fixed at the start.
+	grace time.Duration // Config.KillGrace
+	wall  time.Time     // when the wall-clock timeout fires (registry clock)
+	idle  time.Duration // Spec.IdleTimeout, 0 for none
 
-	buf      []byte
-	eof      bool
-	lastOut  time.Time
+	buf      []byte    // the read buffer; it grows for a loud job
+	eof      bool      // the output is at its end
+	lastOut  time.Time // when output last came (registry clock)
 	stopping bool      // a stop was begun: SIGTERM sent
 	killed   bool      // SIGKILL sent
-	killAt   time.Time // when SIGKILL is due, while stopping
-	exitAt   time.Time // when the shell's exit was seen
+	killAt   time.Time // when SIGKILL is due, while stopping (registry clock)
+	exitAt   time.Time // when the shell's exit was seen (real time)
 	cause    outcome   // why the job was stopped, while stopping
 	timer    *time.Timer
-	// The read deadline last set, so that it is only set when it changes
-	// (each set re-arms a runtime timer). A poke moves the real deadline
-	// into the past; the read then fails with a timeout, which forgets
-	// this cached value.
-	deadlineSet time.Time
-	haveSet     bool
-	detached    bool // Detach released the job
+	// The deadlines behind the read deadline last set, so that it is
+	// only set when they change (each set re-arms a runtime timer). A
+	// poke moves the real deadline into the past; the read then fails
+	// with a timeout, which forgets these cached values.
+	nextSet, realNextSet time.Time
+	haveSet              bool
+	released             bool // Detach released the job: end lets go of it unfinished
 }
 
 func (r *Registry) newSupervisor(j *job, p *process, rd outputReader, waited <-chan struct{}, watching bool) *supervisor {
@@ -104,7 +101,7 @@ func (r *Registry) newSupervisor(j *job, p *process, rd outputReader, waited <-c
 }
 
 // run supervises the job to its end, as the job's goroutine, and then
-// lets go of the launch's hold on the registry's wait group.
+// lets go of the launch's count in the registry's wait group.
 func (s *supervisor) run() {
 	defer s.r.wg.Done()
 	s.watch(time.Time{}, nil)
@@ -114,20 +111,33 @@ func (s *supervisor) run() {
 // begin starts to stop the job: SIGTERM now, SIGKILL after the grace.
 func (s *supervisor) begin(o outcome, now time.Time) {
 	s.stopping, s.cause, s.killAt = true, o, now.Add(s.grace)
-	s.p.signal(false)
+	s.signal(false)
+}
+
+// signal signals the job's tree, and logs a failure: the tree was not
+// reached, so the job may outlive its stop.
+func (s *supervisor) signal(kill bool) {
+	if err := s.p.signal(kill); err != nil {
+		s.r.cfg.Logger.Warn("bgjob: signal", "id", s.j.id, "pid", s.p.pid, "kill", kill, "err", err)
+	}
 }
 
 // watch waits for the job's events and acts on them until the job can
 // end: the shell has exited and its output is drained (or the drain's
-// grace is over), or Detach let go of it. It then returns true, and end
-// must follow. With until set, or quit, it returns false as soon as until
-// passes or quit is closed (a poke must interrupt it for that), and watch
-// may be called again later, from any goroutine.
+// grace is over), or Detach released it. It then returns true, and end
+// must follow. With until set (a time of the real clock), or quit, it
+// returns false as soon as until passes or quit is closed (a poke must
+// interrupt it for that), and watch may be called again later, from any
+// goroutine.
 func (s *supervisor) watch(until time.Time, quit <-chan struct{}) bool {
-	j, p, rd := s.j, s.p, s.rd
+	j, rd := s.j, s.rd
 	for {
-		now := time.Now()
-		if !until.IsZero() && !now.Before(until) {
+		// The policy's time first, then the real one: with the real
+		// clock, a read deadline made from the two then never falls
+		// before the policy's deadline.
+		now := s.r.now()
+		real := time.Now()
+		if !until.IsZero() && !real.Before(until) {
 			return false
 		}
 		select {
@@ -135,10 +145,12 @@ func (s *supervisor) watch(until time.Time, quit <-chan struct{}) bool {
 			return false
 		default:
 		}
-		if !s.stopping && j.stopReq.Load() == stopDetach {
-			s.detached = true
+		if !s.stopping && j.stopReq.Load() == stopRelease {
+			s.released = true
 			return true
 		}
+		// A stop: by request, or by a timeout, unless the shell has
+		// exited already (its leftovers are end's business).
 		if !s.stopping && s.exitAt.IsZero() {
 			switch {
 			case j.stopReq.Load() != stopNone:
@@ -149,21 +161,26 @@ func (s *supervisor) watch(until time.Time, quit <-chan struct{}) bool {
 				s.begin(outcome{state: TimedOut, exitCode: exitTimedOut, reason: "idle for " + s.idle.String()}, now)
 			}
 		}
+		// The grace is over, or Close ran out of time: SIGKILL.
 		if s.stopping && !s.killed && (j.force.Load() || !now.Before(s.killAt)) {
-			p.signal(true)
+			s.signal(true)
 			s.killed = true
 		}
+		// The shell has exited: the job ends once its output is
+		// drained, or drainGrace after the exit.
 		if j.exited.Load() {
 			if s.exitAt.IsZero() {
-				s.exitAt = now
+				s.exitAt = real
 			}
-			if s.eof || !now.Before(s.exitAt.Add(drainGrace)) {
+			if s.eof || !real.Before(s.exitAt.Add(drainGrace)) {
 				return true
 			}
 		}
 
 		// Sleep until the first of: output, the next deadline, a poke.
-		var next time.Time
+		// The policy's next deadline (registry clock) and the system's
+		// (real time):
+		var next, realNext time.Time
 		if !s.stopping && s.exitAt.IsZero() {
 			next = s.wall
 			if s.idle > 0 {
@@ -174,18 +191,25 @@ func (s *supervisor) watch(until time.Time, quit <-chan struct{}) bool {
 			next = earliest(next, s.killAt)
 		}
 		if !s.exitAt.IsZero() {
-			next = earliest(next, s.exitAt.Add(drainGrace))
+			realNext = s.exitAt.Add(drainGrace)
 		}
 		if !until.IsZero() {
-			next = earliest(next, until)
+			realNext = earliest(realNext, until)
+		}
+		deadline := realNext
+		if !next.IsZero() {
+			deadline = earliest(deadline, real.Add(next.Sub(now)))
 		}
 		if s.eof && !s.watching {
-			s.timer = waitPoke(j.wake, s.timer, next)
+			// The pipe is at its end and the reader does not see the
+			// exit: only a poke (the waiter's, a request) or a deadline
+			// can come.
+			s.timer = waitPoke(j.wake, s.timer, deadline)
 			continue
 		}
-		if !s.haveSet || !next.Equal(s.deadlineSet) {
-			rd.SetReadDeadline(next)
-			s.deadlineSet, s.haveSet = next, true
+		if !s.haveSet || !next.Equal(s.nextSet) || !realNext.Equal(s.realNextSet) {
+			rd.SetReadDeadline(deadline)
+			s.nextSet, s.realNextSet, s.haveSet = next, realNext, true
 		}
 		if j.pending(s.stopping, s.killed, !s.exitAt.IsZero()) {
 			continue // a poke came before the deadline was set
@@ -197,10 +221,8 @@ func (s *supervisor) watch(until time.Time, quit <-chan struct{}) bool {
 		}
 		n, err := rd.Read(s.buf)
 		if n > 0 {
-			s.lastOut = time.Now()
-			j.mu.Lock()
-			j.out.write(s.buf[:n])
-			j.mu.Unlock()
+			s.lastOut = s.r.now()
+			j.emit(s.buf[:n])
 			if n == len(s.buf) && len(s.buf) < maxReadBuf {
 				s.buf = make([]byte, 2*len(s.buf))
 			}
@@ -228,14 +250,14 @@ func (s *supervisor) end() {
 	if s.timer != nil {
 		s.timer.Stop()
 	}
-	if s.detached {
+	if s.released {
 		// The process runs on unwatched: end the waiter, let go of the
 		// output and the process, and leave the job unfinished.
 		j.rd.Store(nil)
 		rd.Close()
 		p.unwatch()
 		<-s.waited
-		p.release()
+		p.close()
 		return
 	}
 
@@ -255,22 +277,23 @@ func (s *supervisor) end() {
 	}
 
 	// Leftovers: processes of the group still alive after the shell.
-	killed, killAt := s.killed, s.killAt
+	// They get the stop a Cancel gives (from now, unless a stop was
+	// already under way), and SIGKILL at once if Close ran out of time.
+	killed, killAt := s.killed, time.Now().Add(s.killAt.Sub(s.r.now()))
 	if n := p.leftovers(); n > 0 {
-		now := time.Now()
 		if !s.stopping {
-			killAt = now.Add(s.grace)
-			p.signal(false)
+			killAt = time.Now().Add(s.grace)
+			s.signal(false)
 		}
 		if j.force.Load() {
-			killAt = now
+			killAt = time.Now()
 		}
 		if !killed && p.awaitEmpty(killAt) > 0 {
 			killed = true
-			p.signal(true)
+			s.signal(true)
 		}
 		if killed {
-			p.signal(true) // again, for any process forked since
+			s.signal(true) // again, for any process forked since
 			p.awaitEmpty(time.Now().Add(killWait))
 		}
 		o.notice = fmt.Sprintf("stopped %d leftover process(es) of the job", n)
@@ -286,9 +309,7 @@ func (s *supervisor) end() {
 		for {
 			n, err := rd.Read(s.buf)
 			if n > 0 {
-				j.mu.Lock()
-				j.out.write(s.buf[:n])
-				j.mu.Unlock()
+				j.emit(s.buf[:n])
 			}
 			if err != nil {
 				break
@@ -301,7 +322,7 @@ func (s *supervisor) end() {
 	// ending; only then may its handle go. The handles are closed before
 	// the job is finished, so that a Wait that returns sees none.
 	<-s.waited
-	p.release()
+	p.close()
 	s.r.finish(j, o)
 }
 

@@ -1,0 +1,71 @@
+package bgjob
+
+// outcome is how a job ended.
+type outcome struct {
+	state    State
+	exitCode int
+	reason   string
+	notice   string // about leftover processes
+}
+
+// finish ends j: it admits j's final output, records how the job ended
+// (in the table and in the journal), queues its completion, hands it to
+// retention, calls the hooks outside any lock, and at last closes j.done.
+// It is called once per job, by its supervisor or, for a job that never
+// got a process, by spawn.
+func (r *Registry) finish(j *job, o outcome) {
+	j.mu.Lock()
+	v := j.out.view()
+	j.mu.Unlock()
+	fin, panicked := r.admitFinalSafely(j, v, o.notice)
+	now := r.now()
+
+	// The journal's record of the end is held from before the table
+	// changes until it is written, so that a delivery or a purge of this
+	// job, which the table change makes possible, comes after it.
+	record := r.jn.ending(j)
+	r.mu.Lock()
+	j.mu.Lock()
+	j.state, j.exitCode, j.reason, j.ended = o.state, o.exitCode, o.reason, now
+	j.fin, j.out = fin, nil
+	j.finGen++
+	j.mu.Unlock()
+	r.running--
+	j.retEnd, j.retBytes = now, int64(len(fin.out.Text))
+	pollable := j.pollable
+	c := Completion{ID: j.id, Session: j.spec.Session, Command: j.spec.Command, State: o.state, ExitCode: o.exitCode, Ended: now}
+	if pollable {
+		r.queues[c.Session] = append(r.queues[c.Session], queued{c: c, j: j})
+		if j.holders == 0 && r.jobs[j.id] == j {
+			r.retainLocked(j)
+		}
+	}
+	j.finished = true
+	r.evictLocked(j.retEnd)
+	r.mu.Unlock()
+	record(o, now, pollable)
+	r.jn.purge()
+
+	// A panicking Admitter's panic goes on once the job is finished and
+	// the other hooks have run.
+	defer func() {
+		if panicked != nil {
+			panic(panicked)
+		}
+	}()
+	// The hooks run before done closes, so a Wait that returns has seen
+	// them. A slow hook delays this job's end, never another's.
+	defer close(j.done)
+
+	if t := r.cfg.Telemetry; t != nil {
+		t.JobFinished(Event{
+			ID: j.id, Session: j.spec.Session, State: o.state, ExitCode: o.exitCode,
+			Duration: now.Sub(j.started), Bytes: v.total, Background: pollable,
+			Category: categoryOf(o.state, o.exitCode),
+		})
+	}
+	if pollable && r.cfg.OnComplete != nil {
+		r.cfg.OnComplete(c)
+		r.jn.delivered(j)
+	}
+}

@@ -1,0 +1,97 @@
+package bgjob
+
+import (
+	"fmt"
+	"time"
+)
+
+// journal keeps a record of each job where it outlives the host: durable
+// mode's state directory (durable.go). The registry calls it at every
+// step of every job's life, whatever the mode, and holds no other trace
+// of durable mode; memJournal, for memory mode, does nothing.
+//
+// The registry calls launching, wrap, started and ending in that order,
+// for each job from its own launch or supervisor, outside Registry.mu;
+// delivered and purge from any goroutine, outside Registry.mu;
+// forgottenLocked with Registry.mu held. None calls a hook.
+type journal interface {
+	// restore rebuilds r from the journal, in New, before r is shared:
+	// it fills r's table, queues and retention, and returns the running
+	// jobs it adopted, for New to watch.
+	restore(r *Registry) []adoption
+
+	// launching records j as starting, before its process exists. An
+	// error fails the launch (Failed, with a "state: " reason) and
+	// leaves no trace of the job in the journal.
+	launching(j *job) error
+
+	// wrap fits j's launch plan to the journal: durable mode wraps the
+	// command line in the wrapper that writes the exit marker and sends
+	// the output to the run's file.
+	wrap(j *job, pl *plan) error
+
+	// started records the PID of j's process.
+	started(j *job, pid int)
+
+	// ending begins the record of j's end; the registry calls the
+	// function it returns once the end is in its table. Between the
+	// two, delivered and purge of j wait.
+	ending(j *job) func(o outcome, ended time.Time, pollable bool)
+
+	// delivered records that j's completion was delivered (returned by
+	// Completions or passed to OnComplete), so that it never is again.
+	delivered(j *job)
+
+	// forgottenLocked notes that the registry forgot j (evicted, replaced
+	// by a new run, or collected by its last foreground caller); the
+	// next purge lets go of its record, unless its completion is owed.
+	forgottenLocked(j *job)
+
+	// purge lets go of the records of the jobs forgotten since the last
+	// purge. It does I/O, so the registry calls it outside its lock.
+	purge()
+
+	// releasable reports whether Detach may release running jobs: only
+	// a journal that lets a later Registry adopt them allows it.
+	releasable() error
+}
+
+// openJournal returns the journal that c asks for, and the ID key to use
+// (Config.IDKey, or the one kept in the state directory).
+func openJournal(c *Config) (journal, []byte, error) {
+	if c.StateDir == "" {
+		return memJournal{}, c.IDKey, nil
+	}
+	st, key, err := openStore(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, key, nil
+}
+
+// memJournal is the journal of memory mode: nothing outlives the host.
+type memJournal struct{}
+
+func (memJournal) restore(*Registry) []adoption { return nil }
+func (memJournal) launching(*job) error         { return nil }
+func (memJournal) wrap(*job, *plan) error       { return nil }
+func (memJournal) started(*job, int)            {}
+func (memJournal) delivered(*job)               {}
+func (memJournal) forgottenLocked(*job)         {}
+func (memJournal) purge()                       {}
+
+func (memJournal) ending(*job) func(outcome, time.Time, bool) { return endNothing }
+
+func endNothing(outcome, time.Time, bool) {}
+
+func (memJournal) releasable() error {
+	return fmt.Errorf("durable mode (Config.StateDir) is off: %w", ErrUnsupported)
+}
+
+// adoption is a running job that the journal found at New, to be watched
+// once the Registry exists.
+type adoption struct {
+	j  *job
+	p  *process
+	rd outputReader
+}

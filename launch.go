@@ -1,0 +1,378 @@
+package bgjob
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// A launch goes through these steps, in order:
+//
+//  1. prepare: validate the Spec, resolve its directory, derive its ID
+//     (coalesce.go), then Config.Guard;
+//  2. join: a running job of the same ID takes the launch instead
+//     (joinLocked), or a new job is admitted to the table (MaxRunning);
+//  3. spawn: the journal records the job as starting, then the plan is
+//     made (the command line and its wrappers, the job's input and
+//     output, its containment) and carried out by startJob;
+//  4. the job's supervisor takes over (supervise.go), in a goroutine of
+//     its own or, for RunForeground, in the caller's.
+//
+// A new way to launch (a PTY, a cgroup, a sandbox wrapper) is a field of
+// plan, set by a step here or by the journal, and a case in the platform
+// file that carries it out; the registry itself does not change.
+
+// plan is how a job's process is to be started: the steps of spawn fill
+// it in, and startJob carries it out.
+type plan struct {
+	// The command line: Config.Shell (its program resolved in the host's
+	// PATH) and the command, then the wrappers around them, innermost
+	// first (durable mode's exit-marker wrapper).
+	argv []string
+	dir  string
+	env  []string
+
+	// The job's input and output.
+	stdin  string     // written to the job's standard input, then EOF
+	output outputPlan // where its stdout and stderr go
+
+	// Its containment has no choice yet: on Unix a session of its own,
+	// on Windows a Job Object.
+}
+
+// outputPlan says where a job's stdout and stderr go: the zero value is a
+// pipe the host reads; with file set, a file the job appends to itself
+// and the host follows (durable mode).
+type outputPlan struct {
+	file   string      // the file; "" for a pipe
+	exited func() bool // tells the file's reader that the shell has exited
+	lim    readLimits  // bounds the file on disk while the host reads it
+}
+
+// launch validates spec and either joins the running job of the same ID or
+// starts a new one; op names the caller in errors. fg marks a
+// RunForeground caller, who holds the job until it has its result. A new
+// job's supervisor runs in a goroutine of its own, or, for fg, is returned
+// for the caller to run (nil if the job ended at once).
+func (r *Registry) launch(ctx context.Context, op string, spec Spec, fg bool) (*job, bool, *supervisor, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, nil, fmt.Errorf("bgjob: %s: %w", op, err)
+	}
+	if r.isClosed() {
+		return nil, false, nil, fmt.Errorf("bgjob: %s: %w", op, ErrClosed)
+	}
+	spec, id, timeout, err := r.prepare(spec)
+	if err != nil {
+		return nil, false, nil, fmt.Errorf("bgjob: %s: %w", op, err)
+	}
+	if g := r.cfg.Guard; g != nil {
+		if err := g(ctx, spec); err != nil {
+			return nil, false, nil, fmt.Errorf("bgjob: %s: %w: %w", op, ErrRejected, err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, false, nil, fmt.Errorf("bgjob: %s: %w", op, err)
+	}
+
+	// Most launches in a burst of identical ones join: look first, and
+	// build a job only for a new run.
+	r.mu.Lock()
+	if old := r.jobs[id]; old != nil && !r.closed && r.joinLocked(old, fg) {
+		r.mu.Unlock()
+		return old, true, nil, nil
+	}
+	r.mu.Unlock()
+	j := r.newJob(spec, id, timeout)
+
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, false, nil, fmt.Errorf("bgjob: %s: %w", op, ErrClosed)
+	}
+	// An identical launch may have come while the job was built.
+	if old := r.jobs[id]; old != nil && r.joinLocked(old, fg) {
+		r.mu.Unlock()
+		return old, true, nil, nil
+	}
+	if r.running >= r.cfg.MaxRunning {
+		r.mu.Unlock()
+		return nil, false, nil, fmt.Errorf("bgjob: %s: Config.MaxRunning %d: %w", op, r.cfg.MaxRunning, ErrTooManyRunning)
+	}
+	if old := r.jobs[j.id]; old != nil {
+		r.forgetLocked(old) // a finished run: the new one replaces it
+	}
+	r.seq++
+	j.gen = r.seq
+	j.pollable = !fg
+	if fg {
+		j.holders = 1
+	}
+	r.jobs[j.id] = j
+	r.running++
+	r.wg.Add(1) // the launch; the supervisor inherits it
+	r.evictLocked(r.now())
+	r.mu.Unlock()
+
+	r.jn.purge()
+	settled := false
+	if fg {
+		// A hook that panics during the launch (JobStarted, or the
+		// Admitter of a job that ended at once) must not leave the
+		// caller's hold on the job behind; the panic goes on.
+		defer func() {
+			if !settled {
+				r.background(j, false) // collects a finished job
+			}
+		}()
+	}
+	sv := r.spawn(j)
+	if sv != nil {
+		r.announce(j, sv)
+		if !fg {
+			go sv.run()
+			sv = nil
+		}
+	}
+	settled = true
+	return j, false, sv, nil
+}
+
+// announce tells Telemetry that j's process has started. If JobStarted
+// panics, the job is not left unwatched: sv goes to a goroutine of its
+// own before the panic goes on.
+func (r *Registry) announce(j *job, sv *supervisor) {
+	t := r.cfg.Telemetry
+	if t == nil {
+		return
+	}
+	done := false
+	defer func() {
+		if !done {
+			go sv.run()
+		}
+	}()
+	r.mu.Lock()
+	bg := j.pollable
+	r.mu.Unlock()
+	t.JobStarted(Event{ID: j.id, Session: j.spec.Session, State: Running, ExitCode: exitUnknown, Background: bg})
+	done = true
+}
+
+// prepare validates spec and returns it with Dir resolved and a private
+// Env, with its ID and its effective timeout. Its errors wrap
+// ErrInvalidSpec and name the field.
+func (r *Registry) prepare(spec Spec) (Spec, ID, time.Duration, error) {
+	if strings.TrimSpace(spec.Command) == "" {
+		return Spec{}, "", 0, specError("Command", "empty")
+	}
+	if hasNUL(spec.Command) {
+		return Spec{}, "", 0, specError("Command", "holds a NUL byte")
+	}
+	if hasNUL(spec.Dir) {
+		return Spec{}, "", 0, specError("Dir", "holds a NUL byte")
+	}
+	dir := spec.Dir
+	if dir == "" {
+		dir = r.cfg.Dir
+	} else if !filepath.IsAbs(dir) {
+		dir = filepath.Join(r.cfg.Dir, dir)
+	}
+	dir = filepath.Clean(dir)
+	if err := isDir(dir); err != nil {
+		return Spec{}, "", 0, specError("Dir", "%v", err)
+	}
+	for k, v := range spec.Env {
+		switch {
+		case k == "":
+			return Spec{}, "", 0, specError("Env", "empty key")
+		case strings.ContainsAny(k, "=\x00"):
+			return Spec{}, "", 0, specError("Env", "key %q holds '=' or NUL", k)
+		case hasNUL(v):
+			return Spec{}, "", 0, specError("Env", "value of %s holds a NUL byte", k)
+		}
+	}
+	if spec.Timeout < 0 {
+		return Spec{}, "", 0, specError("Timeout", "negative (%v)", spec.Timeout)
+	}
+	if spec.IdleTimeout < 0 {
+		return Spec{}, "", 0, specError("IdleTimeout", "negative (%v)", spec.IdleTimeout)
+	}
+	spec.Dir = dir
+	spec.Env = maps.Clone(spec.Env)
+	timeout := spec.Timeout
+	if timeout == 0 {
+		timeout = r.cfg.DefaultTimeout
+	}
+	return spec, r.jobID(&spec, dir, timeout), timeout, nil
+}
+
+// newJob makes the job for a prepared spec.
+func (r *Registry) newJob(spec Spec, id ID, timeout time.Duration) *job {
+	env := r.cfg.Env // never written to: jobs without Spec.Env share it
+	if len(spec.Env) > 0 {
+		extra := make([]string, 0, len(spec.Env))
+		for k, v := range spec.Env {
+			extra = append(extra, k+"="+v)
+		}
+		slices.Sort(extra)
+		env = mergeEnv(r.cfg.Env, extra)
+	}
+	return &job{
+		id:       id,
+		spec:     spec,
+		timeout:  timeout,
+		env:      env,
+		started:  r.now(),
+		done:     make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+		heapIdx:  -1,
+		state:    Running,
+		exitCode: exitUnknown,
+		out:      newOutbuf(r.cfg.HeadBytes, r.cfg.TailBytes),
+	}
+}
+
+// specError is the error for a bad Spec field.
+func specError(field, format string, args ...any) error {
+	return fmt.Errorf("Spec.%s: %s: %w", field, fmt.Sprintf(format, args...), ErrInvalidSpec)
+}
+
+func hasNUL(s string) bool { return strings.IndexByte(s, 0) >= 0 }
+
+// mergeEnv returns base with each "KEY=value" of the lists after it set,
+// later entries replacing earlier ones of the same key.
+func mergeEnv(base []string, lists ...[]string) []string {
+	out := make([]string, 0, len(base)+8)
+	index := make(map[string]int, len(base)+8)
+	add := func(kv string) {
+		k, _, _ := strings.Cut(kv, "=")
+		if kv != "" && kv[0] == '=' {
+			// Windows keeps per-drive directories as "=C:=C:\\dir".
+			k = kv[:1+strings.IndexByte(kv[1:], '=')+1]
+		}
+		k = envKey(k)
+		if i, ok := index[k]; ok {
+			out[i] = kv
+			return
+		}
+		index[k] = len(out)
+		out = append(out, kv)
+	}
+	for _, kv := range base {
+		add(kv)
+	}
+	for _, l := range lists {
+		for _, kv := range l {
+			add(kv)
+		}
+	}
+	return out
+}
+
+// spawn starts j's process and returns its supervisor, which the caller
+// must run, or ends j at once and returns nil if it was cancelled first or
+// its process cannot start. It runs outside any lock and owns the
+// launch's count in r.wg, which the supervisor inherits.
+func (r *Registry) spawn(j *job) *supervisor {
+	// end finishes a job that never got a process.
+	end := func(o outcome) *supervisor {
+		defer r.wg.Done() // even if a hook panics in finish
+		r.finish(j, o)
+		return nil
+	}
+	// The record exists before the process does.
+	if err := r.jn.launching(j); err != nil {
+		return end(outcome{state: Failed, exitCode: exitUnknown, reason: "state: " + err.Error()})
+	}
+	if r.hookSpawn != nil {
+		r.hookSpawn(j.id)
+	}
+	if req := j.stopReq.Load(); req != stopNone {
+		// A Cancel (or Close) that arrives before the process exists
+		// prevents the spawn.
+		return end(outcome{state: Cancelled, exitCode: exitCancelled, reason: stopReason(req) + " before start"})
+	}
+	pl, err := r.plan(j)
+	if err != nil {
+		return end(outcome{state: Failed, exitCode: exitUnknown, reason: "spawn: " + err.Error()})
+	}
+	p, rd, err := r.start(&pl)
+	if err != nil {
+		return end(outcome{state: Failed, exitCode: exitUnknown, reason: "spawn: " + err.Error()})
+	}
+	r.jn.started(j, p.pid)
+	j.mu.Lock()
+	j.pid = p.pid
+	j.mu.Unlock()
+	j.rd.Store(&rd)
+	if watchExit(rd, p) {
+		// The output reader sees the exit: no waiter goroutine.
+		return r.newSupervisor(j, p, rd, closedChan, true)
+	}
+	r.wg.Add(1) // the waiter
+	waited := make(chan struct{})
+	go r.await(j, p, waited)
+	return r.newSupervisor(j, p, rd, waited, false)
+}
+
+// plan makes j's launch plan: the command line, then what the journal
+// adds to it.
+func (r *Registry) plan(j *job) (plan, error) {
+	shell, err := lookShell(r.cfg.Shell[0])
+	if err != nil {
+		return plan{}, err
+	}
+	argv := make([]string, 0, len(r.cfg.Shell)+1)
+	argv = append(append(append(argv, shell), r.cfg.Shell[1:]...), j.spec.Command)
+	pl := plan{argv: argv, dir: j.spec.Dir, env: j.env, stdin: j.spec.Stdin}
+	if err := r.jn.wrap(j, &pl); err != nil {
+		return plan{}, err
+	}
+	return pl, nil
+}
+
+// closedChan stands for a waiter that is not there.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// await is the waiter goroutine: it blocks until the shell exits, without
+// reaping it (so its process group ID cannot be reused while the
+// supervisor may still signal it), then wakes the supervisor.
+func (r *Registry) await(j *job, p *process, waited chan<- struct{}) {
+	defer r.wg.Done()
+	defer close(waited)
+	if err := p.wait(); err != nil && err != errReleased {
+		r.cfg.Logger.Warn("bgjob: wait", "id", j.id, "pid", p.pid, "err", err)
+	}
+	j.exited.Store(true)
+	j.poke()
+}
+
+// poke wakes the supervisor to look at the job's requests and flags: it
+// interrupts a blocked read of the pipe, or a wait once the pipe is at EOF.
+func (j *job) poke() {
+	select {
+	case j.wake <- struct{}{}:
+	default:
+	}
+	if rd := j.rd.Load(); rd != nil {
+		(*rd).SetReadDeadline(time.Unix(1, 0)) // in the past: the read returns now
+	}
+}
+
+func stopReason(req int32) string {
+	switch req {
+	case stopClose:
+		return "registry closed"
+	case stopRelease:
+		return "registry detached"
+	}
+	return "cancelled"
+}

@@ -1,0 +1,101 @@
+//go:build unix && !linux
+
+package bgjob
+
+import (
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The Unix systems other than Linux: no pidfds, no /proc to tell zombies
+// apart, no subreaper. What differs among them (how to wait for the
+// shell's exit) is in proc_bsd.go and proc_none.go.
+
+// procOS is what a process adds here: nothing.
+type procOS struct{}
+
+// sysProcAttr is the containment of a job's shell: a new session (and so
+// a new process group). There are no pidfds here.
+func sysProcAttr(*int) *syscall.SysProcAttr { return &syscall.SysProcAttr{Setsid: true} }
+
+// watchPidfd does nothing: the spawn gives no pidfd here.
+func (p *process) watchPidfd(int, bool) {}
+
+// releasable reports whether unwatch can end a wait on p: never here,
+// where durable mode (and so Detach) is unsupported.
+func (p *process) releasable() bool { return false }
+
+// unwatch does nothing: see releasable.
+func (p *process) unwatch() {}
+
+// reap collects the shell's exit status; see platformProcess.
+func (p *process) reap() (int, error) { return p.reapChild() }
+
+// close does nothing: a process holds no descriptor here.
+func (p *process) close() {}
+
+// liveMembers reports whether group pgid has members. Without /proc it
+// cannot tell zombies apart, so it counts one for any member; these
+// systems' init reaps orphans promptly, so zombies do not linger.
+func liveMembers(pgid int) []int {
+	if err := unix.Kill(-pgid, 0); err == unix.ESRCH {
+		return nil
+	}
+	return []int{-1}
+}
+
+// awaitEmpty waits until the group has no process or the deadline passes.
+// No event reports the death of a process that is not our child, so it
+// checks at growing intervals.
+func (p *process) awaitEmpty(deadline time.Time) int {
+	return awaitEmptyPolling(p.pid, deadline)
+}
+
+// enableSubreaper fails: there is no subreaper here (New refuses
+// Config.Subreaper before it gets this far).
+func enableSubreaper() error { return ErrUnsupported }
+
+// reapOrphans does nothing: there is no subreaper here.
+func (p *process) reapOrphans() {}
+
+// newPipeReader makes the reader of a job's output pipe, whose read end
+// fd must be non-blocking: the pipe itself, in the runtime's poller. It
+// takes fd over.
+func newPipeReader(fd int) (outputReader, error) { return os.NewFile(uintptr(fd), "|0"), nil }
+
+// pollPidfd reports whether a pidfd should sit in the runtime's poller:
+// there is none here.
+func pollPidfd(outputReader) bool { return true }
+
+// watchExit reports whether rd will report the exit of p: here it never
+// does, and a waiter goroutine waits for it.
+func watchExit(outputReader, *process) bool { return false }
+
+// dupCloexec duplicates fd; the copy closes on exec. Not every system
+// here has F_DUPFD_CLOEXEC: hold the fork lock instead, as rawPipe does.
+func dupCloexec(fd int) (int, error) {
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
+	nfd, err := unix.Dup(fd)
+	if err != nil {
+		return -1, err
+	}
+	unix.CloseOnExec(nfd)
+	return nfd, nil
+}
+
+// rawPipe makes a pipe whose ends close on exec. There is no pipe2 here:
+// hold the fork lock so no child inherits the ends in between.
+func rawPipe(p *[2]int) error {
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
+	if err := unix.Pipe(p[:]); err != nil {
+		return err
+	}
+	unix.CloseOnExec(p[0])
+	unix.CloseOnExec(p[1])
+	return nil
+}

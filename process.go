@@ -1,0 +1,83 @@
+package bgjob
+
+import (
+	"io"
+	"time"
+)
+
+// The platform layer. Each platform defines the type process and the
+// functions below exactly once: spawn_unix.go and process_unix.go with
+// proc_linux.go or other_unix.go (and mux_linux.go, proc_bsd.go or
+// proc_none.go) on Unix; spawn_windows.go, io_windows.go and
+// contain_windows.go on Windows. The assertions at the end make the
+// compiler check every platform against this list.
+//
+//	startJob(pl *plan) (*process, outputReader, error)
+//		carries out a launch plan: opens the job's input and output,
+//		contains its process tree and spawns its shell; it returns the
+//		shell and the parent's end of the output
+//	watchExit(rd outputReader, p *process) bool
+//		makes rd report p's exit (errExited) where it can, and says so;
+//		then the job needs no waiter goroutine (Linux)
+//	lookShell(path string) (string, error)
+//		resolves a shell program through the host's PATH
+//	defaultShell() []string
+//		the Shell of a zero Config
+//	envKey(k string) string
+//		the form of an environment key that identifies it (Windows
+//		ignores case)
+//	enableSubreaper() error
+//		makes the host a child subreaper (Linux), or ErrUnsupported
+//
+// A process is a job's shell and what contains its tree (a session on
+// Unix, a Job Object on Windows). Its methods are in platformProcess.
+type platformProcess interface {
+	// wait blocks until the shell has exited, without reaping it, so
+	// that its PID (and process group ID) cannot be reused meanwhile.
+	// After unwatch it returns errReleased.
+	wait() error
+	// unwatch ends a wait early, for Detach.
+	unwatch()
+	// signal asks the whole tree to stop (SIGTERM to its process group;
+	// CTRL_BREAK on Windows) or, with kill, kills it (SIGKILL;
+	// TerminateJobObject). A tree that is already gone is not an error.
+	signal(kill bool) error
+	// reap collects the shell's exit status: its exit code, or 128+n
+	// after signal n on Unix. An adopted shell's comes from its exit
+	// marker, or errNoMarker.
+	reap() (int, error)
+	// leftovers counts the live processes of the tree after the shell
+	// was reaped. Zombies do not count: they hold nothing but a PID.
+	leftovers() int
+	// awaitEmpty waits until the tree has no live process or deadline
+	// passes, and returns how many are left.
+	awaitEmpty(deadline time.Time) int
+	// reapOrphans reaps the zombies of the tree that were re-parented
+	// to the host (Config.Subreaper); elsewhere it does nothing.
+	reapOrphans()
+	// close frees what the process holds (pidfd, handles), once it was
+	// reaped and no waiter uses it.
+	close()
+}
+
+// outputReader is the parent's end of a job's output. Its reads honour
+// deadlines, which is how the supervisor waits for output, for a timer
+// and for a poke at once. A reader that also watches the shell (see
+// watchExit) returns errExited from a Read when the shell has exited, and
+// after EOF its Read waits for that exit. Only the supervisor reads;
+// SetReadDeadline may be called from any goroutine (a poke does).
+type outputReader interface {
+	io.Reader
+	SetReadDeadline(t time.Time) error
+	Close() error
+}
+
+var (
+	_ platformProcess                             = (*process)(nil)
+	_ func(*plan) (*process, outputReader, error) = startJob
+	_ func(outputReader, *process) bool           = watchExit
+	_ func(string) (string, error)                = lookShell
+	_ func() []string                             = defaultShell
+	_ func(string) string                         = envKey
+	_ func() error                                = enableSubreaper
+)

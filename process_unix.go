@@ -1,0 +1,83 @@
+//go:build unix
+
+package bgjob
+
+import (
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// process is a job's shell on Unix: the leader of a new session and
+// process group, whose IDs are its PID. The group holds the job's tree.
+//
+// The supervisor owns a process: it alone signals, reaps and closes it.
+// A waiter goroutine, where there is one, only calls wait.
+type process struct {
+	pid    int
+	procOS // what this system adds: proc_linux.go or other_unix.go
+}
+
+// signal sends SIGTERM, or SIGKILL if kill is set, to the whole process
+// group. A group that is already gone is not an error.
+func (p *process) signal(kill bool) error {
+	sig := unix.SIGTERM
+	if kill {
+		sig = unix.SIGKILL
+	}
+	if err := unix.Kill(-p.pid, sig); err != nil && err != unix.ESRCH {
+		return err
+	}
+	return nil
+}
+
+// reapChild waits for the shell, the host's child, and returns its exit
+// code, or 128+n if signal n killed it.
+func (p *process) reapChild() (int, error) {
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(p.pid, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return exitUnknown, err
+		}
+		break
+	}
+	switch {
+	case ws.Exited():
+		return ws.ExitStatus(), nil
+	case ws.Signaled():
+		return 128 + int(ws.Signal()), nil
+	}
+	return exitUnknown, fmt.Errorf("unexpected wait status %#x", uint32(ws))
+}
+
+// leftovers returns how many processes of the group are still alive
+// after the shell was reaped. Zombies do not count: they hold nothing but
+// a PID, and where PID 1 does not reap orphans they never go away.
+func (p *process) leftovers() int {
+	// Fast path: no member at all, zombie or not.
+	if err := unix.Kill(-p.pid, 0); err == unix.ESRCH {
+		return 0
+	}
+	return len(liveMembers(p.pid))
+}
+
+// awaitEmptyPolling waits until the group has no live process or the
+// deadline passes, checking at growing intervals, for systems where no
+// event tells that a process which is not our child has died. It returns
+// the number of live processes left.
+func awaitEmptyPolling(pgid int, deadline time.Time) int {
+	d := time.Millisecond
+	for {
+		n := len(liveMembers(pgid))
+		if n == 0 || !time.Now().Before(deadline) {
+			return n
+		}
+		time.Sleep(min(d, time.Until(deadline)))
+		d = min(2*d, 50*time.Millisecond)
+	}
+}
