@@ -153,6 +153,21 @@ type Config struct {
 	// it is set.
 	Subreaper bool
 
+	// Cgroup says where jobs get a cgroup of their own, on Linux. If
+	// Cgroup is empty, the registry looks for a writable cgroup v2
+	// hierarchy (in /proc/self/mountinfo) and makes its folder inside
+	// the host's own cgroup; if it finds none, jobs are contained by
+	// their session (see ContainSession). "off" never makes a cgroup.
+	// An absolute path names the cgroup v2 folder to make the
+	// registry's folder in; New fails if it cannot. The registry's
+	// folder is bgjob-PID-START (the host's PID and start time), or
+	// bgjob-state-HASH in durable mode, so that a later Registry on the
+	// same StateDir finds its jobs; each job's cgroup is a folder in it.
+	// New removes the folders that a host which died left behind,
+	// killing what they still hold. Elsewhere than Linux, Cgroup must be
+	// empty or "off".
+	Cgroup string
+
 	// Logger receives the registry's own diagnostics (never job
 	// output). If Logger is nil, nothing is logged.
 	Logger *slog.Logger
@@ -308,6 +323,15 @@ func (c Config) normalize() (Config, error) {
 	}
 	if c.Subreaper && runtime.GOOS != "linux" {
 		return c, fmt.Errorf("bgjob: new: Config.Subreaper on %s: %w", runtime.GOOS, ErrUnsupported)
+	}
+	switch {
+	case c.Cgroup == "" || c.Cgroup == "off":
+	case hasNUL(c.Cgroup) || !filepath.IsAbs(c.Cgroup):
+		return c, configError("Cgroup", "%q: want \"\", \"off\" or an absolute path", c.Cgroup)
+	case runtime.GOOS != "linux":
+		return c, fmt.Errorf("bgjob: new: Config.Cgroup on %s: %w", runtime.GOOS, ErrUnsupported)
+	default:
+		c.Cgroup = filepath.Clean(c.Cgroup)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

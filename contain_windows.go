@@ -292,6 +292,9 @@ func (p *process) close() {
 	}
 }
 
+// containment says what holds p's tree: its Job Object.
+func (p *process) containment() (Containment, string) { return ContainJobObject, "" }
+
 // enableSubreaper is Linux only; New refuses Config.Subreaper elsewhere.
 func enableSubreaper() error { return ErrUnsupported }
 

@@ -65,12 +65,16 @@ type record struct {
 	// StartTime is the process's start time, field 22 of /proc/PID/stat,
 	// in clock ticks after the boot named by BootID: with the PID it
 	// names the process, so a reused PID is never taken for the job.
-	StartTime uint64    `json:"start_time,omitempty"`
-	BootID    string    `json:"boot_id,omitempty"`
-	Started   time.Time `json:"started"`
-	Ended     time.Time `json:"ended,omitzero"`
-	Reason    string    `json:"reason,omitempty"`
-	Notice    string    `json:"notice,omitempty"` // about leftovers stopped
+	StartTime uint64 `json:"start_time,omitempty"`
+	BootID    string `json:"boot_id,omitempty"`
+	// Cgroup is the folder of the job's cgroup, if it has one; Marker
+	// the entry in its environment that marks its processes, if not.
+	Cgroup  string    `json:"cgroup,omitempty"`
+	Marker  string    `json:"marker,omitempty"`
+	Started time.Time `json:"started"`
+	Ended   time.Time `json:"ended,omitzero"`
+	Reason  string    `json:"reason,omitempty"`
+	Notice  string    `json:"notice,omitempty"` // about leftovers stopped
 	// Pollable: the job's end owes a completion.
 	Pollable bool `json:"pollable"`
 	// Evicted: retention dropped the job while its completion was still
@@ -335,16 +339,23 @@ func (st *store) wrap(j *job, pl *plan) error {
 	return nil
 }
 
-// started records the process of a started job.
-func (st *store) started(j *job, pid int) {
+// started records the process of a started job, and its cgroup, so that
+// a later Registry that adopts the job stops its whole tree.
+func (st *store) started(j *job, p *process) {
 	rr := st.get(j)
 	if rr == nil {
 		return
 	}
-	start, _, _ := procStart(pid)
+	start, _, _ := procStart(p.pid)
+	kind, where := p.containment()
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
-	rr.rec.State, rr.rec.PID, rr.rec.StartTime, rr.rec.BootID = Running.String(), pid, start, bootID()
+	rr.rec.State, rr.rec.PID, rr.rec.StartTime, rr.rec.BootID = Running.String(), p.pid, start, bootID()
+	if kind == ContainCgroup {
+		rr.rec.Cgroup = where
+	} else {
+		rr.rec.Marker = where
+	}
 	st.writeLocked(rr)
 }
 
@@ -472,7 +483,7 @@ func (st *store) restore(r *Registry) []adoption {
 				id: rec.ID, gen: rec.Gen,
 				spec:    Spec{Session: rec.Session, Command: rec.Command, Dir: rec.Dir, IdleTimeout: rec.IdleTimeout},
 				timeout: rec.Timeout, started: rec.Started,
-				done: make(chan struct{}), wake: make(chan struct{}, 1), heapIdx: -1,
+				over: make(chan struct{}), done: make(chan struct{}), wake: make(chan struct{}, 1), heapIdx: -1,
 				state: Running, exitCode: exitUnknown, pid: rec.PID,
 			}
 			j.spec.Timeout = rec.Timeout
@@ -484,7 +495,7 @@ func (st *store) restore(r *Registry) []adoption {
 				o = outcome{state: Failed, exitCode: exitUnknown, reason: "spawn aborted"}
 			case Running.String():
 				if rec.BootID == boot {
-					p, rd, err := adoptProcess(rec.PID, rec.StartTime, run, j.exited.Load, st.lim)
+					p, rd, err := adoptProcess(rec, run, j.exited.Load, st.lim, r.cg)
 					if err == nil {
 						j.out = newOutbuf(r.cfg.HeadBytes, r.cfg.TailBytes)
 						j.pollable = true
@@ -522,6 +533,7 @@ func (st *store) restore(r *Registry) []adoption {
 			}
 			j.state, j.exitCode, j.reason, j.ended = o.state, o.exitCode, o.reason, rr.rec.Ended
 			j.pollable, j.finished = rr.rec.Pollable, true
+			close(j.over)
 			close(j.done)
 			if j.pollable && !rr.rec.CompletionDelivered {
 				owed = append(owed, queued{c: Completion{ID: j.id, Session: j.spec.Session, Command: j.spec.Command,
@@ -557,6 +569,13 @@ func (st *store) restore(r *Registry) []adoption {
 	}
 	r.evictLocked(r.now())
 	st.trash = append(st.trash, gone...)
+	var keep []string
+	for _, a := range adopted {
+		if kind, dir := a.p.containment(); kind == ContainCgroup {
+			keep = append(keep, dir)
+		}
+	}
+	r.cg.clearExcept(keep)
 	return adopted
 }
 

@@ -131,10 +131,11 @@ func bootID() string {
 	return strings.TrimSpace(string(b))
 }
 
-// adoptProcess takes over the running job of a record: process pid, which
-// must still be the one that started at start. It fails with errGone if
-// that process is no longer running.
-func adoptProcess(pid int, start uint64, run string, exited func() bool, lim readLimits) (*process, outputReader, error) {
+// adoptProcess takes over the running job of a record: its process, which
+// must still be the one that started at the recorded start time, and its
+// tree. It fails with errGone if that process is no longer running.
+func adoptProcess(rec *record, run string, exited func() bool, lim readLimits, cgs *cgroups) (*process, outputReader, error) {
+	pid, start := rec.PID, rec.StartTime
 	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 	if err != nil {
 		return nil, nil, errGone
@@ -159,6 +160,13 @@ func adoptProcess(pid int, start uint64, run string, exited func() bool, lim rea
 	}
 	p := &process{pid: pid}
 	p.pidfd, p.pidfdNum, p.polled, p.adopted, p.markerDir = os.NewFile(uintptr(fd), "pidfd"), fd, true, true, run
+	// Its tree: the cgroup it was spawned into, or its session and its
+	// marker (on processes started since its shell).
+	if _, err := os.Stat(filepath.Join(rec.Cgroup, "cgroup.procs")); rec.Cgroup != "" && err == nil {
+		p.cgroup, p.cgs = rec.Cgroup, cgs
+	} else {
+		p.marker, p.since = rec.Marker, start
+	}
 	return p, rd, nil
 }
 

@@ -27,7 +27,7 @@ func procStart(int) (uint64, bool, bool) { return 0, false, false }
 
 func bootID() string { return "" }
 
-func adoptProcess(int, uint64, string, func() bool, readLimits) (*process, outputReader, error) {
+func adoptProcess(*record, string, func() bool, readLimits, *cgroups) (*process, outputReader, error) {
 	return nil, nil, errGone
 }
 

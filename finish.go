@@ -17,7 +17,13 @@ func (r *Registry) finish(j *job, o outcome) {
 	j.mu.Lock()
 	v := j.out.view()
 	j.mu.Unlock()
-	fin, panicked := r.admitFinalSafely(j, v, o.notice)
+	var fin *final
+	var panicked any
+	if r.cfg.Admitter != nil {
+		r.hooks.during(j, nil, func() { fin, panicked = r.admitFinalSafely(j, v, o.notice) })
+	} else {
+		fin = r.admitFinal(j, v, o.notice)
+	}
 	now := r.now()
 
 	// The journal's record of the end is held from before the table
@@ -43,6 +49,7 @@ func (r *Registry) finish(j *job, o outcome) {
 	j.finished = true
 	r.evictLocked(j.retEnd)
 	r.mu.Unlock()
+	close(j.over)
 	record(o, now, pollable)
 	r.jn.purge()
 
@@ -57,15 +64,21 @@ func (r *Registry) finish(j *job, o outcome) {
 	// them. A slow hook delays this job's end, never another's.
 	defer close(j.done)
 
-	if t := r.cfg.Telemetry; t != nil {
-		t.JobFinished(Event{
-			ID: j.id, Session: j.spec.Session, State: o.state, ExitCode: o.exitCode,
-			Duration: now.Sub(j.started), Bytes: v.total, Background: pollable,
-			Category: categoryOf(o.state, o.exitCode),
-		})
+	t, onComplete := r.cfg.Telemetry, r.cfg.OnComplete
+	if t == nil && (!pollable || onComplete == nil) {
+		return
 	}
-	if pollable && r.cfg.OnComplete != nil {
-		r.cfg.OnComplete(c)
-		r.jn.delivered(j)
-	}
+	r.hooks.during(j, nil, func() {
+		if t != nil {
+			t.JobFinished(Event{
+				ID: j.id, Session: j.spec.Session, State: o.state, ExitCode: o.exitCode,
+				Duration: now.Sub(j.started), Bytes: v.total, Background: pollable,
+				Category: categoryOf(o.state, o.exitCode),
+			})
+		}
+		if pollable && onComplete != nil {
+			onComplete(c)
+			r.jn.delivered(j)
+		}
+	})
 }

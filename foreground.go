@@ -75,7 +75,7 @@ func (r *Registry) superviseInline(ctx context.Context, j *job, sv *supervisor, 
 		defer func() {
 			// The launch's count, which run would have released, goes
 			// even if a hook panics in end; so does the caller's hold.
-			r.wg.Done()
+			r.launchDone(j)
 			if !ended {
 				r.background(j, false) // collects a finished job
 			}
@@ -102,6 +102,12 @@ func (r *Registry) awaitForeground(ctx context.Context, j *job, joined bool, beg
 			r.background(j, joined)
 		}
 	}()
+	ended := r.ended(j)
+	if ended == nil {
+		// A join from the job's own Admitter as it ends: it cannot wait.
+		returned = true
+		return r.background(j, joined)
+	}
 	capTimer := time.NewTimer(time.Until(capAt))
 	defer capTimer.Stop()
 	var progress <-chan time.Time
@@ -113,7 +119,7 @@ func (r *Registry) awaitForeground(ctx context.Context, j *job, joined bool, beg
 	}
 	for {
 		select {
-		case <-j.done:
+		case <-ended:
 			returned = true
 			return r.collect(j, joined)
 		case <-capTimer.C:
@@ -148,7 +154,7 @@ func (r *Registry) background(j *job, joined bool) Result {
 	r.mu.Lock()
 	if j.finished {
 		r.mu.Unlock()
-		<-j.done // its hooks are running: the result is moments away
+		<-r.ended(j) // its hooks are running: the result is moments away
 		return r.collect(j, joined)
 	}
 	j.pollable = true

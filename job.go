@@ -122,6 +122,12 @@ type Snapshot struct {
 
 	Output Output
 
+	// Containment says what held the job's processes: on Linux a cgroup
+	// of the job's own (ContainCgroup) wherever the host can make one,
+	// else its session (ContainSession); a Job Object on Windows. It is
+	// set once the process has started.
+	Containment Containment
+
 	// Reason is a short, content-free explanation for Failed, TimedOut
 	// and Cancelled jobs, such as "idle for 30s" or "spawn: no such file
 	// or directory". It never holds the command's output.
@@ -208,4 +214,37 @@ type Completion struct {
 	State    State
 	ExitCode int
 	Ended    time.Time
+}
+
+// Containment is what holds a job's processes, so that a stop reaches
+// every one of them and the job is done only when none is left. See
+// Snapshot.Containment and Config.Cgroup.
+type Containment int
+
+const (
+	// ContainSession: the job's shell leads a session of its own (Unix).
+	// A stop reaches every process group of that session, and on Linux
+	// also every process that carries the job's marker in its
+	// environment (BGJOB_JOB), which finds processes that left the
+	// session with setsid. A process that leaves the session and also
+	// drops that variable (env -i, setsid env -u BGJOB_JOB ...) escapes.
+	ContainSession Containment = iota
+	// ContainCgroup: the job runs in a cgroup v2 of its own (Linux),
+	// which no process of the job can leave: setsid, double forks and
+	// daemons included. A stop signals every process group in it, then
+	// kills the whole cgroup (cgroup.kill).
+	ContainCgroup
+	// ContainJobObject: the job runs in a Job Object (Windows), which
+	// no process of the job can leave.
+	ContainJobObject
+)
+
+var containNames = [...]string{"session", "cgroup", "job_object"}
+
+// String returns "session", "cgroup" or "job_object".
+func (c Containment) String() string {
+	if c >= 0 && int(c) < len(containNames) {
+		return containNames[c]
+	}
+	return "unknown"
 }

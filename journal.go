@@ -30,8 +30,8 @@ type journal interface {
 	// the output to the run's file.
 	wrap(j *job, pl *plan) error
 
-	// started records the PID of j's process.
-	started(j *job, pid int)
+	// started records j's process: its PID and what contains it.
+	started(j *job, p *process)
 
 	// ending begins the record of j's end; the registry calls the
 	// function it returns once the end is in its table. Between the
@@ -75,7 +75,7 @@ type memJournal struct{}
 func (memJournal) restore(*Registry) []adoption { return nil }
 func (memJournal) launching(*job) error         { return nil }
 func (memJournal) wrap(*job, *plan) error       { return nil }
-func (memJournal) started(*job, int)            {}
+func (memJournal) started(*job, *process)       {}
 func (memJournal) delivered(*job)               {}
 func (memJournal) forgottenLocked(*job)         {}
 func (memJournal) purge()                       {}

@@ -40,8 +40,13 @@ type plan struct {
 	stdin  string     // written to the job's standard input, then EOF
 	output outputPlan // where its stdout and stderr go
 
-	// Its containment has no choice yet: on Unix a session of its own,
-	// on Windows a Job Object.
+	// Its containment: on Linux a cgroup of its own (cgroup, made in
+	// cgs's folder) where there is one, else a session of its own and
+	// the marker (an environment entry) that the leftover check looks
+	// for; on other Unix systems its session; on Windows a Job Object.
+	cgroup string
+	cgs    *cgroups
+	marker string
 }
 
 // outputPlan says where a job's stdout and stderr go: the zero value is a
@@ -114,6 +119,7 @@ func (r *Registry) launch(ctx context.Context, op string, spec Spec, fg bool) (*
 	r.jobs[j.id] = j
 	r.running++
 	r.wg.Add(1) // the launch; the supervisor inherits it
+	j.counted.Store(true)
 	r.evictLocked(r.now())
 	r.mu.Unlock()
 
@@ -132,7 +138,10 @@ func (r *Registry) launch(ctx context.Context, op string, spec Spec, fg bool) (*
 	sv := r.spawn(j)
 	if sv != nil {
 		r.announce(j, sv)
-		if !fg {
+		switch {
+		case sv.over:
+			sv = nil // JobStarted supervised it to its end (hooks.go)
+		case !fg:
 			go sv.run()
 			sv = nil
 		}
@@ -151,14 +160,16 @@ func (r *Registry) announce(j *job, sv *supervisor) {
 	}
 	done := false
 	defer func() {
-		if !done {
+		if !done && !sv.over {
 			go sv.run()
 		}
 	}()
 	r.mu.Lock()
 	bg := j.pollable
 	r.mu.Unlock()
-	t.JobStarted(Event{ID: j.id, Session: j.spec.Session, State: Running, ExitCode: exitUnknown, Background: bg})
+	r.hooks.during(j, sv, func() {
+		t.JobStarted(Event{ID: j.id, Session: j.spec.Session, State: Running, ExitCode: exitUnknown, Background: bg})
+	})
 	done = true
 }
 
@@ -227,6 +238,7 @@ func (r *Registry) newJob(spec Spec, id ID, timeout time.Duration) *job {
 		timeout:  timeout,
 		env:      env,
 		started:  r.now(),
+		over:     make(chan struct{}),
 		done:     make(chan struct{}),
 		wake:     make(chan struct{}, 1),
 		heapIdx:  -1,
@@ -280,7 +292,7 @@ func mergeEnv(base []string, lists ...[]string) []string {
 func (r *Registry) spawn(j *job) *supervisor {
 	// end finishes a job that never got a process.
 	end := func(o outcome) *supervisor {
-		defer r.wg.Done() // even if a hook panics in finish
+		defer r.launchDone(j) // even if a hook panics in finish
 		r.finish(j, o)
 		return nil
 	}
@@ -302,11 +314,13 @@ func (r *Registry) spawn(j *job) *supervisor {
 	}
 	p, rd, err := r.start(&pl)
 	if err != nil {
+		r.cg.giveBack(&pl)
 		return end(outcome{state: Failed, exitCode: exitUnknown, reason: "spawn: " + err.Error()})
 	}
-	r.jn.started(j, p.pid)
+	r.jn.started(j, p)
+	kind, _ := p.containment()
 	j.mu.Lock()
-	j.pid = p.pid
+	j.pid, j.containment = p.pid, kind
 	j.mu.Unlock()
 	j.rd.Store(&rd)
 	if watchExit(rd, p) {
@@ -328,8 +342,10 @@ func (r *Registry) plan(j *job) (plan, error) {
 	}
 	argv := make([]string, 0, len(r.cfg.Shell)+1)
 	argv = append(append(append(argv, shell), r.cfg.Shell[1:]...), j.spec.Command)
-	pl := plan{argv: argv, dir: j.spec.Dir, env: j.env, stdin: j.spec.Stdin}
+	pl := plan{argv: argv, dir: j.spec.Dir, env: j.env, stdin: j.spec.Stdin, cgs: r.cg}
+	r.cg.place(j, &pl)
 	if err := r.jn.wrap(j, &pl); err != nil {
+		r.cg.giveBack(&pl)
 		return plan{}, err
 	}
 	return pl, nil

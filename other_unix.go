@@ -17,9 +17,38 @@ import (
 // procOS is what a process adds here: nothing.
 type procOS struct{}
 
-// sysProcAttr is the containment of a job's shell: a new session (and so
-// a new process group). There are no pidfds here.
-func sysProcAttr(*int) *syscall.SysProcAttr { return &syscall.SysProcAttr{Setsid: true} }
+// containAttr is the containment step of the spawn: the shell gets a
+// session (and so a process group) of its own. There are no cgroups and
+// no pidfds here.
+func containAttr(pl *plan, _ *int) (*syscall.SysProcAttr, []string, func(), error) {
+	return &syscall.SysProcAttr{Setsid: true}, pl.env, func() {}, nil
+}
+
+// noCgroupSpawn: there are no cgroups here.
+func noCgroupSpawn(error) bool { return false }
+
+// contain records nothing: the tree is the shell's process group.
+func (p *process) contain(*plan) {}
+
+// containment says what holds p's tree: its session.
+func (p *process) containment() (Containment, string) { return ContainSession, "" }
+
+// signal sends SIGTERM, or SIGKILL if kill is set, to the whole process
+// group. A group that is already gone is not an error.
+func (p *process) signal(kill bool) error {
+	sig := unix.SIGTERM
+	if kill {
+		sig = unix.SIGKILL
+	}
+	if err := unix.Kill(-p.pid, sig); err != nil && err != unix.ESRCH {
+		return err
+	}
+	return nil
+}
+
+// leftovers returns how many processes of the group are still alive
+// after the shell was reaped.
+func (p *process) leftovers() int { return len(liveMembers(p.pid)) }
 
 // watchPidfd does nothing: the spawn gives no pidfd here.
 func (p *process) watchPidfd(int, bool) {}
@@ -51,7 +80,7 @@ func liveMembers(pgid int) []int {
 // No event reports the death of a process that is not our child, so it
 // checks at growing intervals.
 func (p *process) awaitEmpty(deadline time.Time) int {
-	return awaitEmptyPolling(p.pid, deadline)
+	return awaitPolling(func() []int { return liveMembers(p.pid) }, deadline)
 }
 
 // enableSubreaper fails: there is no subreaper here (New refuses

@@ -2,7 +2,9 @@ package bgjob
 
 import (
 	"bytes"
+	"errors"
 	"os"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -14,7 +16,7 @@ import (
 const canSpawn = true
 
 // procOS is what a Linux process adds to the Unix one: the shell's pidfd,
-// and how an adopted shell is watched.
+// how an adopted shell is watched, and what holds the job's tree.
 type procOS struct {
 	pidfd    *os.File // the shell's pidfd, if the kernel gave one
 	pidfdNum int      // its number, or -1
@@ -25,12 +27,66 @@ type procOS struct {
 	// exit code comes from the exit marker in the folder markerDir.
 	adopted   bool
 	markerDir string
+
+	// The job's tree: its cgroup, handed back to cgs once empty; or,
+	// with cgroup "", the shell's session and the processes started
+	// since since (clock ticks after boot) whose environment holds
+	// marker.
+	cgroup string
+	cgs    *cgroups
+	marker string
+	since  uint64
+	reaped bool // the shell was reaped: its PID may be reused
 }
 
-// sysProcAttr is the containment of a job's shell: a new session (and so
-// a new process group). pidfd receives the shell's pidfd.
-func sysProcAttr(pidfd *int) *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setsid: true, PidFD: pidfd}
+// containAttr is the containment step of the spawn: the shell gets a
+// session of its own and, if pl has a cgroup, is cloned straight into it
+// (the returned function closes the cgroup's folder once the spawn is
+// over); without a cgroup the job's environment gets its marker. pidfd
+// receives the shell's pidfd.
+func containAttr(pl *plan, pidfd *int) (*syscall.SysProcAttr, []string, func(), error) {
+	sys := &syscall.SysProcAttr{Setsid: true, PidFD: pidfd}
+	if pl.cgroup != "" {
+		fd, err := unix.Open(pl.cgroup, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err == nil {
+			sys.UseCgroupFD, sys.CgroupFD = true, fd
+			return sys, pl.env, func() { unix.Close(fd) }, nil
+		}
+		pl.cgs.log.Warn("bgjob: open job cgroup; the job is contained by its session", "folder", pl.cgroup, "err", err)
+		pl.cgs.retire(pl.cgroup)
+		pl.cgroup = ""
+	}
+	env := pl.env
+	if pl.marker != "" {
+		env = append(slices.Clip(env), pl.marker)
+	}
+	return sys, env, func() {}, nil
+}
+
+// noCgroupSpawn reports whether a spawn into a cgroup failed because this
+// kernel cannot clone into one (clone3 or CLONE_INTO_CGROUP missing,
+// before Linux 5.7); the spawn is then tried again without.
+func noCgroupSpawn(err error) bool {
+	return errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP)
+}
+
+// contain records in p what holds its tree, as pl placed it.
+func (p *process) contain(pl *plan) {
+	if pl.cgroup != "" {
+		p.cgroup, p.cgs = pl.cgroup, pl.cgs
+		return
+	}
+	p.marker = pl.marker
+	p.since, _, _ = procStart(p.pid)
+}
+
+// containment says what holds p's tree: its cgroup's folder, or its
+// session and the marker in its environment.
+func (p *process) containment() (Containment, string) {
+	if p.cgroup != "" {
+		return ContainCgroup, p.cgroup
+	}
+	return ContainSession, p.marker
 }
 
 // watchPidfd keeps the pidfd that the spawn gave (pidfd < 0: none). With
@@ -61,16 +117,22 @@ func (p *process) unwatch() {
 
 // reap collects the shell's exit status; see platformProcess.
 func (p *process) reap() (int, error) {
+	p.reaped = true
 	if p.adopted {
 		return reapAdopted(p)
 	}
 	return p.reapChild()
 }
 
-// close frees the pidfd once the process has been reaped.
+// close frees the pidfd. Once the shell was reaped (its tree is empty by
+// then), the job's cgroup goes back to be removed; a released job keeps
+// it.
 func (p *process) close() {
 	if p.pidfd != nil {
 		p.pidfd.Close()
+	}
+	if p.reaped && p.cgroup != "" && p.cgs != nil {
+		p.cgs.retire(p.cgroup)
 	}
 }
 
@@ -108,74 +170,176 @@ func (p *process) wait() error {
 	}
 }
 
-// liveMembers returns the PIDs of the processes of group pgid that are not
-// zombies, read from /proc.
-func liveMembers(pgid int) []int {
+// member is a live process of a job's tree.
+type member struct{ pid, pgrp int }
+
+// members returns the live processes of the job's tree: those of its
+// cgroup, or without one, those of its session and those that carry its
+// marker. Zombies are not members: they hold nothing but a PID.
+func (p *process) members() []member {
+	var buf [512]byte
+	if p.cgroup != "" {
+		pids := cgroupMembers(p.cgroup)
+		ms := make([]member, 0, len(pids))
+		for _, pid := range pids {
+			if st, ok := readStat(strconv.Itoa(pid), buf[:]); ok && st.live() {
+				ms = append(ms, member{pid, st.pgrp})
+			}
+		}
+		return ms
+	}
 	d, err := os.Open("/proc")
 	if err != nil {
 		return nil
 	}
 	names, _ := d.Readdirnames(-1)
 	d.Close()
-	var pids []int
-	var buf [512]byte
+	var ms []member
 	for _, name := range names {
 		if name[0] < '0' || name[0] > '9' {
 			continue
 		}
-		state, pg, ok := readStat(name, buf[:])
-		if ok && pg == pgid && state != 'Z' && state != 'X' {
+		st, ok := readStat(name, buf[:])
+		if !ok || !st.live() {
+			continue
+		}
+		// A process that left the session: it is the job's if it was
+		// started since the job and carries the job's marker.
+		if st.session == p.pid || (p.marker != "" && st.start >= p.since && hasMarker(name, p.marker)) {
 			pid, _ := strconv.Atoi(name)
-			pids = append(pids, pid)
+			ms = append(ms, member{pid, st.pgrp})
 		}
 	}
-	return pids
+	return ms
 }
 
-// readStat reads the state and process group of a process from
+// procStat is what members needs of /proc/PID/stat.
+type procStat struct {
+	state         byte
+	pgrp, session int
+	start         uint64 // clock ticks after boot
+}
+
+// live reports whether the process is neither a zombie nor dead.
+func (st procStat) live() bool { return st.state != 'Z' && st.state != 'X' }
+
+// readStat reads a process's state, group, session and start time from
 // /proc/PID/stat.
-func readStat(pid string, buf []byte) (state byte, pgrp int, ok bool) {
+func readStat(pid string, buf []byte) (procStat, bool) {
 	fd, err := unix.Open("/proc/"+pid+"/stat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return 0, 0, false
+		return procStat{}, false
 	}
 	n, err := unix.Read(fd, buf)
 	unix.Close(fd)
 	if err != nil || n <= 0 {
-		return 0, 0, false
+		return procStat{}, false
 	}
 	b := buf[:n]
 	// The command name may hold anything, ')' too: the fields start
-	// after its last ')'. Then: state, ppid, pgrp.
+	// after its last ')'. Then: state (3), ppid, pgrp, session, ...,
+	// starttime (22).
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 || i+2 >= len(b) {
-		return 0, 0, false
+		return procStat{}, false
 	}
 	f := bytes.Fields(b[i+2:])
-	if len(f) < 3 {
-		return 0, 0, false
+	if len(f) < 20 {
+		return procStat{}, false
 	}
-	pg, err := strconv.Atoi(string(f[2]))
-	return f[0][0], pg, err == nil
+	pg, err1 := strconv.Atoi(string(f[2]))
+	sid, err2 := strconv.Atoi(string(f[3]))
+	start, err3 := strconv.ParseUint(string(f[19]), 10, 64)
+	return procStat{state: f[0][0], pgrp: pg, session: sid, start: start}, err1 == nil && err2 == nil && err3 == nil
 }
 
-// awaitEmpty waits until the group has no live process or the deadline
-// passes, and returns the number still alive. It waits on a pidfd of each
-// live member, so it wakes when they die rather than polling.
+// hasMarker reports whether the environment process pid started with
+// holds the entry marker. Another user's process cannot be read, and so
+// is never taken for the job's.
+func hasMarker(pid, marker string) bool {
+	b, err := os.ReadFile("/proc/" + pid + "/environ")
+	if err != nil {
+		return false
+	}
+	for len(b) > 0 {
+		e, rest, _ := bytes.Cut(b, []byte{0})
+		if string(e) == marker {
+			return true
+		}
+		b = rest
+	}
+	return false
+}
+
+// signal sends SIGTERM, or SIGKILL if kill is set, to every process group
+// of the job's tree: the shell's own (while the shell, not yet reaped,
+// pins its ID) and that of each member. A job with a cgroup is killed
+// with cgroup.kill, which reaches every process at once, forks included.
+// A tree that is already gone is not an error.
+func (p *process) signal(kill bool) error {
+	if kill && p.cgroup != "" {
+		return cgroupKill(p.cgroup)
+	}
+	sig := unix.SIGTERM
+	if kill {
+		sig = unix.SIGKILL
+	}
+	groups := make([]int, 0, 4)
+	if !p.reaped {
+		groups = append(groups, p.pid)
+	}
+	for _, m := range p.members() {
+		if m.pgrp > 0 && !slices.Contains(groups, m.pgrp) {
+			groups = append(groups, m.pgrp)
+		}
+	}
+	var first error
+	for _, g := range groups {
+		if err := unix.Kill(-g, sig); err != nil && err != unix.ESRCH && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// leftovers returns how many processes of the job's tree are still alive
+// after the shell was reaped.
+func (p *process) leftovers() int { return len(p.members()) }
+
+// awaitEmpty waits until the job's tree has no live process or the
+// deadline passes, and returns the number still alive. It waits on a
+// pidfd of each member, so it wakes when they die rather than polling.
 func (p *process) awaitEmpty(deadline time.Time) int {
+	return awaitGone(func() []int {
+		ms := p.members()
+		pids := make([]int, len(ms))
+		for i, m := range ms {
+			pids[i] = m.pid
+		}
+		return pids
+	}, deadline)
+}
+
+// awaitGone waits until live returns no process or the deadline passes,
+// and returns how many live last returned. It waits on each process's
+// pidfd in turn, and looks again once they are gone (a process may have
+// forked meanwhile); without pidfds it looks at growing intervals.
+func awaitGone(live func() []int, deadline time.Time) int {
 	for {
-		pids := liveMembers(p.pid)
+		pids := live()
 		if len(pids) == 0 || !time.Now().Before(deadline) {
 			return len(pids)
 		}
 		for _, pid := range pids {
 			if !waitDeath(pid, deadline) {
-				// No pidfd here: fall back to checking at intervals.
-				return awaitEmptyPolling(p.pid, deadline)
+				return awaitPolling(live, deadline)
 			}
 		}
 	}
 }
+
+// deadlineIn returns the real time d from now.
+func deadlineIn(d time.Duration) time.Time { return time.Now().Add(d) }
 
 // waitDeath waits until process pid has exited (a zombie counts) or the
 // deadline passes. It returns false if it cannot wait on a pidfd.
@@ -198,6 +362,13 @@ func waitDeath(pid int, deadline time.Time) bool {
 	rc.Read(func(fd uintptr) bool {
 		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 		n, _ := unix.Poll(pfd, 0)
+		if n > 0 && subreaper.Load() {
+			// An orphan of the job re-parented to the host (a
+			// subreaper) is reaped here; anyone else's process is not
+			// the host's child, and WNOHANG leaves it.
+			var info unix.Siginfo
+			unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG, nil)
+		}
 		return n > 0
 	})
 	return true

@@ -55,9 +55,14 @@ type platformProcess interface {
 	// reapOrphans reaps the zombies of the tree that were re-parented
 	// to the host (Config.Subreaper); elsewhere it does nothing.
 	reapOrphans()
-	// close frees what the process holds (pidfd, handles), once it was
-	// reaped and no waiter uses it.
+	// close frees what the process holds (pidfd, handles), once no
+	// waiter uses it; after a reap, the tree's container goes too (a
+	// Linux cgroup is handed back to be removed).
 	close()
+	// containment says what holds the tree, and how to find it again:
+	// for a cgroup its folder; for a Linux session the marker in the
+	// job's environment; else "".
+	containment() (Containment, string)
 }
 
 // outputReader is the parent's end of a job's output. Its reads honour

@@ -19,19 +19,6 @@ type process struct {
 	procOS // what this system adds: proc_linux.go or other_unix.go
 }
 
-// signal sends SIGTERM, or SIGKILL if kill is set, to the whole process
-// group. A group that is already gone is not an error.
-func (p *process) signal(kill bool) error {
-	sig := unix.SIGTERM
-	if kill {
-		sig = unix.SIGKILL
-	}
-	if err := unix.Kill(-p.pid, sig); err != nil && err != unix.ESRCH {
-		return err
-	}
-	return nil
-}
-
 // reapChild waits for the shell, the host's child, and returns its exit
 // code, or 128+n if signal n killed it.
 func (p *process) reapChild() (int, error) {
@@ -55,25 +42,14 @@ func (p *process) reapChild() (int, error) {
 	return exitUnknown, fmt.Errorf("unexpected wait status %#x", uint32(ws))
 }
 
-// leftovers returns how many processes of the group are still alive
-// after the shell was reaped. Zombies do not count: they hold nothing but
-// a PID, and where PID 1 does not reap orphans they never go away.
-func (p *process) leftovers() int {
-	// Fast path: no member at all, zombie or not.
-	if err := unix.Kill(-p.pid, 0); err == unix.ESRCH {
-		return 0
-	}
-	return len(liveMembers(p.pid))
-}
-
-// awaitEmptyPolling waits until the group has no live process or the
-// deadline passes, checking at growing intervals, for systems where no
-// event tells that a process which is not our child has died. It returns
-// the number of live processes left.
-func awaitEmptyPolling(pgid int, deadline time.Time) int {
+// awaitPolling waits until live returns no process or the deadline
+// passes, looking at growing intervals, for systems where no event tells
+// that a process which is not our child has died. It returns how many
+// live last returned.
+func awaitPolling(live func() []int, deadline time.Time) int {
 	d := time.Millisecond
 	for {
-		n := len(liveMembers(pgid))
+		n := len(live())
 		if n == 0 || !time.Now().Before(deadline) {
 			return n
 		}

@@ -19,6 +19,7 @@ type Registry struct {
 	cfg Config
 	key [32]byte // keys the ID hash
 	jn  journal  // durable mode's records, or memJournal
+	cg  *cgroups // where jobs get their cgroups (Linux)
 	// ctx is the context the Admitter gets. Close cancels it as soon as
 	// its own ctx ends with jobs still running (so that an Admitter that
 	// honours it lets go), and at the latest once every goroutine of the
@@ -47,6 +48,7 @@ type Registry struct {
 	wg sync.WaitGroup
 
 	hashers sync.Pool // keyed *blake3.Hasher, reused by jobID
+	hooks   hookRuns  // the goroutines running a hook now (hooks.go)
 
 	// mu guards the fields below, and the fields of job marked as
 	// guarded by Registry.mu. It is never held while a hook runs, while
@@ -80,7 +82,8 @@ type job struct {
 	timeout time.Duration // the effective wall-clock limit
 	env     []string      // the whole environment
 	started time.Time
-	done    chan struct{} // closed by finish, once the job has ended and its hooks have run
+	over    chan struct{} // closed by finish once the job has finished, before its hooks run
+	done    chan struct{} // closed by finish once the job has finished and its hooks have run
 	wake    chan struct{} // a poke for a supervisor that waits after its pipe's EOF
 
 	// Requests to the supervisor. stopReq is set by Cancel, Close or
@@ -95,6 +98,10 @@ type job struct {
 	// by spawn (or restore), cleared by the supervisor before it closes
 	// the reader. poke moves its deadline.
 	rd atomic.Pointer[outputReader]
+	// counted reports that the job's launch holds a count in
+	// Registry.wg: set by launch (or New, for an adopted job), cleared
+	// once by launchDone.
+	counted atomic.Bool
 
 	// Guarded by Registry.mu.
 	finished bool      // set once, by finish: the job has ended (done closes after its hooks)
@@ -107,15 +114,16 @@ type job struct {
 	// mu guards the fields below. It is taken after Registry.mu, never
 	// before. spawn writes pid; the supervisor writes out; finish writes
 	// the rest once (Readmit may replace fin later).
-	mu       sync.Mutex
-	state    State
-	exitCode int
-	pid      int
-	ended    time.Time
-	reason   string
-	out      *outbuf // the raw output while running; nil once fin is set
-	fin      *final  // the admitted output once the job has ended
-	finGen   uint64  // counts changes of fin, so Readmit never overwrites a newer one
+	mu          sync.Mutex
+	state       State
+	exitCode    int
+	pid         int
+	containment Containment
+	ended       time.Time
+	reason      string
+	out         *outbuf // the raw output while running; nil once fin is set
+	fin         *final  // the admitted output once the job has ended
+	finGen      uint64  // counts changes of fin, so Readmit never overwrites a newer one
 }
 
 // queued is a completion waiting in its session's queue, with its job, so
@@ -158,11 +166,16 @@ func New(cfg Config) (*Registry, error) {
 			return nil, fmt.Errorf("bgjob: new: Config.Subreaper: %w", err)
 		}
 	}
+	cg, err := openCgroups(&c)
+	if err != nil {
+		return nil, err
+	}
 	ctx, abort := context.WithCancel(context.Background())
 	r := &Registry{
 		cfg:    c,
 		key:    key,
 		jn:     jn,
+		cg:     cg,
 		ctx:    ctx,
 		abort:  abort,
 		now:    time.Now,
@@ -174,6 +187,7 @@ func New(cfg Config) (*Registry, error) {
 	jn.purge()
 	for _, a := range adopted {
 		r.wg.Add(2) // the waiter and the supervisor
+		a.j.counted.Store(true)
 		waited := make(chan struct{})
 		go r.await(a.j, a.p, waited)
 		go r.newSupervisor(a.j, a.p, a.rd, waited, false).run()
@@ -242,7 +256,7 @@ func (j *job) snapshotLocked() (Snapshot, *rawView) {
 	s := Snapshot{
 		ID: j.id, Session: j.spec.Session, Command: j.spec.Command, Dir: j.spec.Dir,
 		State: j.state, ExitCode: j.exitCode, PID: j.pid, Started: j.started, Ended: j.ended,
-		Reason: j.reason,
+		Reason: j.reason, Containment: j.containment,
 	}
 	if j.fin != nil {
 		s.Output = j.fin.out
@@ -260,8 +274,12 @@ func (r *Registry) Wait(ctx context.Context, id ID) (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, err
 	}
+	ended := r.ended(j)
+	if ended == nil {
+		return r.snapshot(j), fmt.Errorf("bgjob: wait %s: called from the job's own Admitter while it ends: %w", id, ErrInvalidArgument)
+	}
 	select {
-	case <-j.done:
+	case <-ended:
 		return r.snapshot(j), nil
 	case <-ctx.Done():
 		return r.snapshot(j), fmt.Errorf("bgjob: wait %s: %w", id, ctx.Err())
@@ -281,7 +299,9 @@ func (r *Registry) Cancel(id ID) (Snapshot, error) {
 		return Snapshot{}, err
 	}
 	j.request(stopCancel)
-	<-j.done
+	if ended := r.ended(j); ended != nil {
+		<-ended
+	}
 	return r.snapshot(j), nil
 }
 
@@ -353,6 +373,7 @@ func (r *Registry) Running() int {
 // and Completions go on serving what was retained. Close is idempotent.
 func (r *Registry) Close(ctx context.Context) error {
 	js, _ := r.shut(stopClose)
+	r.leaveForClose()
 	all := make(chan struct{})
 	go func() { // ends when the jobs' goroutines have; Close waits for it
 		r.wg.Wait()
@@ -371,6 +392,7 @@ func (r *Registry) Close(ctx context.Context) error {
 		<-all
 	}
 	r.abort()
+	r.cg.close()
 	return err
 }
 
@@ -398,8 +420,10 @@ func (r *Registry) Detach() error {
 	if _, was := r.shut(stopRelease); was {
 		return fmt.Errorf("bgjob: detach: %w", ErrClosed)
 	}
+	r.leaveForClose()
 	r.wg.Wait()
 	r.abort()
+	r.cg.close()
 	return nil
 }
 

@@ -86,23 +86,32 @@ func openOutput(o *outputPlan) (int, outputReader, error) {
 	return pfd[1], rd, nil
 }
 
-// forkJob starts pl's command line in a new session with pl's directory
-// and environment, in as its input and the descriptor out as both stdout
-// and stderr. With poll set, the shell's pidfd (where there is one) goes
-// into the runtime's poller, for a waiter goroutine to wait on.
+// forkJob starts pl's command line with pl's directory and environment,
+// in as its input and the descriptor out as both stdout and stderr, in
+// the containment pl asks for (see containAttr). With poll set, the
+// shell's pidfd (where there is one) goes into the runtime's poller, for
+// a waiter goroutine to wait on.
 func forkJob(pl *plan, in, out int, poll bool) (*process, error) {
 	path, err := lookShell(pl.argv[0])
 	if err != nil {
 		return nil, err
 	}
 	pidfd := -1
-	attr := &syscall.ProcAttr{
-		Dir:   pl.dir,
-		Env:   pl.env,
-		Files: []uintptr{uintptr(in), uintptr(out), uintptr(out)},
-		Sys:   sysProcAttr(&pidfd),
+	sys, env, done, err := containAttr(pl, &pidfd)
+	if err != nil {
+		return nil, err
 	}
+	attr := &syscall.ProcAttr{Dir: pl.dir, Env: env, Files: []uintptr{uintptr(in), uintptr(out), uintptr(out)}, Sys: sys}
 	pid, err := syscall.ForkExec(path, pl.argv, attr)
+	done()
+	if err != nil && pl.cgroup != "" && noCgroupSpawn(err) {
+		// This kernel cannot spawn into a cgroup: this registry's jobs
+		// are contained by their sessions from now on.
+		pl.cgs.disable(err)
+		pl.cgs.retire(pl.cgroup)
+		pl.cgroup = ""
+		return forkJob(pl, in, out, poll)
+	}
 	if err != nil {
 		if errors.Is(err, syscall.ENOENT) && isDir(pl.dir) != nil {
 			return nil, fmt.Errorf("working directory %s: %w", pl.dir, err)
@@ -111,6 +120,7 @@ func forkJob(pl *plan, in, out int, poll bool) (*process, error) {
 	}
 	p := &process{pid: pid}
 	p.watchPidfd(pidfd, poll)
+	p.contain(pl)
 	return p, nil
 }
 

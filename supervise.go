@@ -87,6 +87,8 @@ type supervisor struct {
 	nextSet, realNextSet time.Time
 	haveSet              bool
 	released             bool // Detach released the job: end lets go of it unfinished
+	tidied               bool // the registry's cgroup housekeeping was done for this job
+	over                 bool // runHere supervised the job to its end
 }
 
 func (r *Registry) newSupervisor(j *job, p *process, rd outputReader, waited <-chan struct{}, watching bool) *supervisor {
@@ -103,7 +105,18 @@ func (r *Registry) newSupervisor(j *job, p *process, rd outputReader, waited <-c
 // run supervises the job to its end, as the job's goroutine, and then
 // lets go of the launch's count in the registry's wait group.
 func (s *supervisor) run() {
-	defer s.r.wg.Done()
+	defer s.r.launchDone(s.j)
+	s.watch(time.Time{}, nil)
+	s.end()
+}
+
+// runHere supervises the job to its end in the calling goroutine, which
+// owns the supervisor and has not run it yet: a JobStarted hook that waits
+// for its own job, or closes the registry (hooks.go). The launch then finds
+// it over.
+func (s *supervisor) runHere() {
+	s.over = true
+	defer s.r.launchDone(s.j)
 	s.watch(time.Time{}, nil)
 	s.end()
 }
@@ -131,6 +144,12 @@ func (s *supervisor) signal(kill bool) {
 // goroutine.
 func (s *supervisor) watch(until time.Time, quit <-chan struct{}) bool {
 	j, rd := s.j, s.rd
+	if !s.tidied {
+		// While the job runs, and not on any launch's path: remove the
+		// cgroups of ended jobs, make one for the next launch.
+		s.tidied = true
+		s.r.cg.tidy()
+	}
 	for {
 		// The policy's time first, then the real one: with the real
 		// clock, a read deadline made from the two then never falls

@@ -1,0 +1,423 @@
+package bgjob
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/zeebo/blake3"
+	"golang.org/x/sys/unix"
+)
+
+// A job's containment on Linux: a cgroup v2 of its own where the host can
+// make one, else its session plus a marker in its environment.
+//
+// The registry makes a folder of its own in a cgroup v2 hierarchy
+// (cgroups.dir) and each job a cgroup in it, which the job's shell is
+// spawned straight into (clone3 with CLONE_INTO_CGROUP), so that no
+// process of the job ever runs outside it. A stop signals every process
+// group in the cgroup, then kills the cgroup (cgroup.kill); the job is
+// done when the cgroup is empty. A cgroup costs a mkdir and an rmdir; both
+// happen while some job runs (tidy), never on the launch path: the next
+// launch takes a cgroup made ahead, and an emptied one is removed later.
+//
+// Without a cgroup, the job's tree is its session (every process group
+// in it) and every process whose environment holds the job's marker,
+// BGJOB_JOB=TOKEN.N, which survives setsid: both are found in /proc.
+
+// markerVar is the environment variable that marks the processes of a job
+// that has no cgroup.
+const markerVar = "BGJOB_JOB"
+
+// cgroups is a registry's containment root: its cgroup folder, or the
+// token of its markers when it has none.
+type cgroups struct {
+	dir    string // the registry's folder; "" when jobs get no cgroup
+	prefix string // a random prefix of the job cgroups' names
+	token  string // the registry's part of each marker
+	log    *slog.Logger
+	seq    atomic.Uint64
+	off    atomic.Bool // set by disable: make no more job cgroups
+
+	mu    sync.Mutex // guards spare and dead
+	spare string     // an empty job cgroup made ahead, or ""
+	dead  []string   // emptied job cgroups still to remove
+}
+
+// openCgroups finds where the registry's jobs get cgroups (Config.Cgroup)
+// and makes the registry's folder there. A folder that a dead host left
+// behind is emptied (its processes killed) and removed. With Cgroup "" a
+// hierarchy that cannot be written means no cgroups, which is not an
+// error; with a path it is.
+func openCgroups(c *Config) (*cgroups, error) {
+	var tok [8]byte
+	rand.Read(tok[:])
+	cg := &cgroups{token: hex.EncodeToString(tok[:]), prefix: hex.EncodeToString(tok[:4]), log: c.Logger}
+	parent := c.Cgroup
+	switch parent {
+	case "off":
+		return cg, nil
+	case "":
+		parent = ownCgroup()
+		if parent == "" {
+			return cg, nil
+		}
+	default:
+		if _, err := os.Stat(filepath.Join(parent, "cgroup.procs")); err != nil {
+			return nil, configError("Cgroup", "%s is not a cgroup v2 folder: %v", parent, err)
+		}
+	}
+	reapDeadHosts(parent, c.Logger)
+	dir := filepath.Join(parent, registryCgroupName(c.StateDir))
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		if c.Cgroup != "" {
+			return nil, configError("Cgroup", "%v", err)
+		}
+		c.Logger.Debug("bgjob: no cgroup for jobs; they are contained by their session", "err", err)
+		return cg, nil
+	}
+	cg.dir = dir
+	return cg, nil
+}
+
+// registryCgroupName names a registry's folder: by the host's PID and
+// start time, or, in durable mode, by the state directory, so that the
+// next host on it finds the cgroups of the jobs it adopts.
+func registryCgroupName(stateDir string) string {
+	if stateDir != "" {
+		sum := blake3.Sum256([]byte(stateDir))
+		return "bgjob-state-" + hex.EncodeToString(sum[:8])
+	}
+	start, _, _ := procStart(os.Getpid())
+	return "bgjob-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(start, 10)
+}
+
+// ownCgroup returns the folder of the host's own cgroup in a mounted
+// cgroup v2 hierarchy, or "" if there is none.
+func ownCgroup() string {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return ""
+	}
+	var path string
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "0::"); ok {
+			path = rest
+		}
+	}
+	if path == "" || strings.HasSuffix(path, " (deleted)") {
+		return ""
+	}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER
+		fields := strings.Fields(sc.Text())
+		i := slices.Index(fields, "-")
+		if i < 5 || i+1 >= len(fields) || fields[i+1] != "cgroup2" {
+			continue
+		}
+		root, mnt := unescapeMount(fields[3]), unescapeMount(fields[4])
+		rel, ok := strings.CutPrefix(path, root)
+		if !ok || (rel != "" && root != "/" && rel[0] != '/') {
+			continue
+		}
+		return filepath.Join(mnt, rel)
+	}
+	return ""
+}
+
+// unescapeMount undoes the octal escapes (\040 for a blank, ...) of a
+// path in /proc/self/mountinfo.
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// reapDeadHosts kills what the registries of hosts that are gone left in
+// parent, and removes their folders. Only folders named as a memory-mode
+// registry names its own (bgjob-PID-START) are touched, and only when no
+// process with that PID and start time runs.
+func reapDeadHosts(parent string, log *slog.Logger) {
+	ents, err := os.ReadDir(parent)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		pid, start, ok := parseHostCgroup(e.Name())
+		if !ok || !e.IsDir() {
+			continue
+		}
+		if st, _, alive := procStart(pid); alive && st == start {
+			continue
+		}
+		dir := filepath.Join(parent, e.Name())
+		n := killCgroupTree(dir)
+		log.Warn("bgjob: removed the cgroup of a host that died", "folder", dir, "killed", n)
+	}
+}
+
+// parseHostCgroup reads the PID and start time from a memory-mode
+// registry's folder name.
+func parseHostCgroup(name string) (pid int, start uint64, ok bool) {
+	rest, ok := strings.CutPrefix(name, "bgjob-")
+	if !ok {
+		return 0, 0, false
+	}
+	p, s, ok := strings.Cut(rest, "-")
+	if !ok {
+		return 0, 0, false
+	}
+	pid, err1 := strconv.Atoi(p)
+	start, err2 := strconv.ParseUint(s, 10, 64)
+	return pid, start, err1 == nil && err2 == nil && pid > 0
+}
+
+// killCgroupTree kills every process in the cgroup dir and its
+// descendants, waits for them to die, and removes the folders. It returns
+// how many processes it found alive.
+func killCgroupTree(dir string) int {
+	n := len(cgroupMembers(dir))
+	if n > 0 {
+		cgroupKill(dir)
+		awaitGone(func() []int { return cgroupMembers(dir) }, deadlineIn(killWait))
+	}
+	removeCgroupTree(dir)
+	return n
+}
+
+// removeCgroupTree removes the cgroup dir and its descendants, deepest
+// first. A cgroup that is not empty stays.
+func removeCgroupTree(dir string) {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if e.IsDir() {
+			removeCgroupTree(filepath.Join(dir, e.Name()))
+		}
+	}
+	unix.Rmdir(dir)
+}
+
+// place is the containment step of a launch: it gives the job a cgroup
+// (pl.cgroup) if the registry has a folder, and a marker (pl.marker) that
+// goes into the job's environment if it ends up without one.
+func (c *cgroups) place(j *job, pl *plan) {
+	pl.marker = markerVar + "=" + c.token + "." + strconv.FormatUint(j.gen, 10)
+	if c.dir == "" || c.off.Load() {
+		return
+	}
+	dir, err := c.take()
+	if err != nil {
+		c.log.Warn("bgjob: no cgroup for the job; it is contained by its session", "id", j.id, "err", err)
+		return
+	}
+	pl.cgroup = dir
+}
+
+// take returns an empty job cgroup: the spare made ahead, or a new one.
+func (c *cgroups) take() (string, error) {
+	c.mu.Lock()
+	dir := c.spare
+	c.spare = ""
+	c.mu.Unlock()
+	if dir != "" {
+		return dir, nil
+	}
+	return c.make()
+}
+
+// make makes a new job cgroup.
+func (c *cgroups) make() (string, error) {
+	dir := filepath.Join(c.dir, c.prefix+"."+strconv.FormatUint(c.seq.Add(1), 10))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// retire hands back a job's cgroup once it is empty; tidy removes it.
+func (c *cgroups) retire(dir string) {
+	c.mu.Lock()
+	c.dead = append(c.dead, dir)
+	c.mu.Unlock()
+}
+
+// tidy removes the emptied job cgroups and makes a spare one for the next
+// launch. A supervisor calls it once its job runs, so that this work
+// overlaps the job instead of delaying a launch.
+func (c *cgroups) tidy() {
+	if c.dir == "" {
+		return
+	}
+	c.mu.Lock()
+	dead, spare := c.dead, c.spare
+	c.dead = nil
+	c.mu.Unlock()
+	var stuck []string
+	for _, d := range dead {
+		if err := unix.Rmdir(d); err != nil && err != unix.ENOENT {
+			stuck = append(stuck, d) // still populated (a process stuck in the kernel): later
+		}
+	}
+	if spare == "" && !c.off.Load() {
+		spare, _ = c.make() // none: the next launch makes its own
+	} else {
+		spare = ""
+	}
+	c.mu.Lock()
+	c.dead = append(c.dead, stuck...)
+	if c.spare == "" {
+		c.spare, spare = spare, ""
+	}
+	c.mu.Unlock()
+	if spare != "" {
+		unix.Rmdir(spare) // another tidy made one meanwhile
+	}
+}
+
+// close removes the registry's folder, once its jobs are done: the
+// retired job cgroups, the spare and the folder itself. In durable mode
+// the folder stays while it holds the cgroups of released jobs.
+func (c *cgroups) close() {
+	if c.dir == "" {
+		return
+	}
+	c.mu.Lock()
+	dead, spare := c.dead, c.spare
+	c.dead, c.spare = nil, ""
+	c.mu.Unlock()
+	for _, d := range append(dead, spare) {
+		if d != "" {
+			if err := unix.Rmdir(d); err != nil && err != unix.ENOENT {
+				c.log.Warn("bgjob: remove job cgroup", "folder", d, "err", err)
+			}
+		}
+	}
+	unix.Rmdir(c.dir) // fails while released jobs' cgroups are in it
+}
+
+// cgroupMembers returns the processes of the cgroup dir and of its
+// descendants (a job may make cgroups inside its own). Zombies are not
+// members: a process leaves its cgroup when it exits.
+func cgroupMembers(dir string) []int {
+	var pids []int
+	var walk func(string)
+	walk = func(d string) {
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if err != nil {
+			return
+		}
+		for _, f := range bytes.Fields(b) {
+			if pid, err := strconv.Atoi(string(f)); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+		if !hasSubCgroups(d) {
+			return
+		}
+		ents, _ := os.ReadDir(d)
+		for _, e := range ents {
+			if e.IsDir() {
+				walk(filepath.Join(d, e.Name()))
+			}
+		}
+	}
+	walk(dir)
+	return pids
+}
+
+// hasSubCgroups reports whether the cgroup dir has descendants, from its
+// cgroup.stat, without listing the folder.
+func hasSubCgroups(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.stat"))
+	if err != nil {
+		return true // unknown: look
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "nr_descendants "); ok {
+			return strings.TrimSpace(v) != "0"
+		}
+	}
+	return true
+}
+
+// cgroupKill kills every process of the cgroup dir and its descendants at
+// once (cgroup.kill, Linux 5.14), or, where the kernel lacks it, each
+// member in turn.
+func cgroupKill(dir string) error {
+	err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("cgroup.kill: %w", err)
+	}
+	for _, pid := range cgroupMembers(dir) {
+		unix.Kill(pid, unix.SIGKILL)
+	}
+	return nil
+}
+
+// giveBack hands back the cgroup of a plan that was never carried out.
+func (c *cgroups) giveBack(pl *plan) {
+	if pl.cgroup != "" {
+		c.retire(pl.cgroup)
+		pl.cgroup = ""
+	}
+}
+
+// disable stops making cgroups, after a spawn into one failed in a way
+// that says this kernel cannot (see noCgroupSpawn).
+func (c *cgroups) disable(err error) {
+	if !c.off.Swap(true) {
+		c.log.Warn("bgjob: this kernel cannot spawn into a cgroup; jobs are contained by their session", "err", err)
+	}
+}
+
+// clearExcept empties and removes the job cgroups in the registry's
+// folder other than keep: in durable mode, the cgroups of jobs that ended
+// (or whose records are gone) while no host watched them. Run by New,
+// before the registry makes cgroups of its own.
+func (c *cgroups) clearExcept(keep []string) {
+	if c.dir == "" {
+		return
+	}
+	ents, _ := os.ReadDir(c.dir)
+	for _, e := range ents {
+		dir := filepath.Join(c.dir, e.Name())
+		if !e.IsDir() || slices.Contains(keep, dir) {
+			continue
+		}
+		if n := killCgroupTree(dir); n > 0 {
+			c.log.Warn("bgjob: killed the processes of a job that is gone", "cgroup", dir, "killed", n)
+		}
+	}
+}
