@@ -205,6 +205,7 @@ const (
 	defaultProgressInterval = 5 * time.Second
 	defaultSoftCap          = 30 * time.Second
 	defaultMaxOutputBytes   = 64 << 20
+	maxOutputBound          = 1 << 40 // HeadBytes and TailBytes
 )
 
 // nonInteractive keeps common tools from waiting on a terminal that a job
@@ -292,6 +293,12 @@ func (c Config) normalize() (Config, error) {
 			return c, configError(n.name, "negative (%d)", *n.v)
 		case *n.v == 0:
 			*n.v = n.def
+		}
+	}
+	// The output bounds are sizes of memory: keep them far from overflow.
+	for _, n := range ints[1:] {
+		if int64(*n.v) > maxOutputBound {
+			return c, configError(n.name, "%d; at most %d (1 TiB)", *n.v, int64(maxOutputBound))
 		}
 	}
 	if c.Retention.MaxJobs == 0 {

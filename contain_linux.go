@@ -421,3 +421,67 @@ func (c *cgroups) clearExcept(keep []string) {
 		}
 	}
 }
+
+// reapZombiesOf reaps the host's zombie children that died in the cgroup
+// dir: orphans of a job re-parented to the host, a subreaper. A zombie
+// still names its cgroup in /proc/PID/cgroup, and its PID cannot be
+// reused until it is reaped.
+func reapZombiesOf(dir string) {
+	rel := cgroupPath(dir)
+	if rel == "" {
+		return
+	}
+	self := strconv.Itoa(os.Getpid())
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		name := e.Name()
+		if name[0] < '0' || name[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + name + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) {
+			continue
+		}
+		f := bytes.Fields(b[i+2:]) // state ppid ...
+		if len(f) < 2 || f[0][0] != 'Z' || string(f[1]) != self {
+			continue
+		}
+		cg, _ := os.ReadFile("/proc/" + name + "/cgroup")
+		if !bytes.Contains(cg, []byte("0::"+rel+"\n")) {
+			continue
+		}
+		pid, _ := strconv.Atoi(name)
+		var info unix.Siginfo
+		unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG, nil)
+	}
+}
+
+// cgroupPath returns the path of the cgroup folder dir in its hierarchy,
+// as /proc/PID/cgroup shows it, or "" if dir is in no cgroup v2 mount.
+func cgroupPath(dir string) string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	best, path := -1, ""
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		i := slices.Index(fields, "-")
+		if i < 5 || i+1 >= len(fields) || fields[i+1] != "cgroup2" {
+			continue
+		}
+		root, mnt := unescapeMount(fields[3]), unescapeMount(fields[4])
+		rel, ok := strings.CutPrefix(dir, mnt)
+		if !ok || (rel != "" && rel[0] != '/' && mnt != "/") || len(mnt) <= best {
+			continue
+		}
+		best, path = len(mnt), filepath.Join(root, rel)
+	}
+	return path
+}

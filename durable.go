@@ -516,6 +516,11 @@ func (st *store) restore(r *Registry) []adoption {
 				} else {
 					o = outcome{state: Failed, exitCode: exitUnknown, reason: "lost"}
 				}
+				// Its shell is gone; what it left must go too. Its
+				// cgroup is cleared below; its marked processes here.
+				if n := stopMarked(rec); n > 0 {
+					o.notice = fmt.Sprintf("stopped %d leftover process(es) of the job", n)
+				}
 			default:
 				o = outcome{state: parseState(rec.State), exitCode: rec.ExitCode, reason: rec.Reason, notice: rec.Notice}
 			}

@@ -170,6 +170,25 @@ func adoptProcess(rec *record, run string, exited func() bool, lim readLimits, c
 	return p, rd, nil
 }
 
+// stopMarked stops the processes that a job contained by its session
+// left behind while no host watched it: those that carry its marker,
+// started since its shell. It returns how many it found.
+func stopMarked(rec *record) int {
+	if rec.Marker == "" || rec.Cgroup != "" {
+		return 0
+	}
+	// By the marker alone: the session's ID was the shell's PID, which
+	// may have been reused since the shell died.
+	p := &process{pid: -1}
+	p.marker, p.since, p.reaped = rec.Marker, rec.StartTime, true
+	n := p.leftovers()
+	if n > 0 {
+		p.signal(true)
+		p.awaitEmpty(deadlineIn(killWait))
+	}
+	return n
+}
+
 // waitAdopted blocks until an adopted process has exited: its pidfd turns
 // readable. It works for a process that is not the host's child.
 func (p *process) waitAdopted() error {

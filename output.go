@@ -413,7 +413,7 @@ func (r *Registry) Read(id ID, offset int64, max int) (Chunk, error) {
 	if c.Offset < headEnd {
 		end = headEnd
 	}
-	to := min(c.Offset+int64(max), end)
+	to := c.Offset + min(int64(max), end-c.Offset) // max may be as large as MaxInt
 	if r.cfg.Admitter == nil {
 		c.Data, c.Next = string(b.appendRange(nil, c.Offset, to)), to
 		j.mu.Unlock()
@@ -430,7 +430,7 @@ func (r *Registry) Read(id ID, offset int64, max int) (Chunk, error) {
 		data = data[:i+1]
 	} else if i := bytes.IndexByte(data[n:], '\n'); i >= 0 {
 		data = data[:n+i+1]
-	} else if c.Offset+int64(len(data)) == total && len(data) < max+lineSlack {
+	} else if c.Offset+int64(len(data)) == total && len(data)-lineSlack < max {
 		data = nil // a running job's incomplete last line: wait for the rest
 	} else {
 		data = data[:n] // a line too long to serve whole

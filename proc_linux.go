@@ -37,6 +37,9 @@ type procOS struct {
 	marker string
 	since  uint64
 	reaped bool // the shell was reaped: its PID may be reused
+	// seen holds a pidfd of each member seen during the job's end, for
+	// reapOrphans; only kept when the host is a subreaper.
+	seen map[int]*os.File
 }
 
 // containAttr is the containment step of the spawn: the shell gets a
@@ -131,6 +134,9 @@ func (p *process) close() {
 	if p.pidfd != nil {
 		p.pidfd.Close()
 	}
+	for _, f := range p.seen {
+		f.Close()
+	}
 	if p.reaped && p.cgroup != "" && p.cgs != nil {
 		p.cgs.retire(p.cgroup)
 	}
@@ -186,6 +192,7 @@ func (p *process) members() []member {
 				ms = append(ms, member{pid, st.pgrp})
 			}
 		}
+		p.see(ms)
 		return ms
 	}
 	d, err := os.Open("/proc")
@@ -210,7 +217,31 @@ func (p *process) members() []member {
 			ms = append(ms, member{pid, st.pgrp})
 		}
 	}
+	p.see(ms)
 	return ms
+}
+
+// see keeps a pidfd of each member not seen before, if the host is a
+// subreaper: a member whose parent dies is re-parented to the host, and
+// reapOrphans reaps it through its pidfd once it has died, which pins it
+// so that no other process is ever taken for it.
+func (p *process) see(ms []member) {
+	if !subreaper.Load() || p.adopted {
+		return
+	}
+	for _, m := range ms {
+		if p.seen[m.pid] != nil {
+			continue
+		}
+		fd, err := unix.PidfdOpen(m.pid, 0)
+		if err != nil {
+			continue
+		}
+		if p.seen == nil {
+			p.seen = make(map[int]*os.File)
+		}
+		p.seen[m.pid] = os.NewFile(uintptr(fd), "pidfd")
+	}
 }
 
 // procStat is what members needs of /proc/PID/stat.
@@ -389,9 +420,22 @@ func enableSubreaper() error {
 // to the host because it is a subreaper. It only waits for members of
 // this group, and only once none of them is alive, so it never takes a
 // child that belongs to anyone else.
+//
+// The job's other processes that died re-parented to the host are
+// reaped too: those seen alive during its end (through their pidfds), and
+// with a cgroup, every zombie child of the host that died in it.
 func (p *process) reapOrphans() {
 	if !subreaper.Load() {
 		return
+	}
+	for pid, f := range p.seen {
+		var info unix.Siginfo
+		unix.Waitid(unix.P_PIDFD, int(f.Fd()), &info, unix.WEXITED|unix.WNOHANG, nil)
+		f.Close()
+		delete(p.seen, pid)
+	}
+	if p.cgroup != "" {
+		reapZombiesOf(p.cgroup)
 	}
 	for {
 		var ws unix.WaitStatus

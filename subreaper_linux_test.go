@@ -36,4 +36,23 @@ func TestSubreaper(t *testing.T) {
 	if z := zombieChildren(); len(z) > 0 {
 		t.Errorf("zombie children of the host: %v; want none", z)
 	}
+
+	// Processes that left the job's session are re-parented to the host
+	// when their parent dies: they are stopped too, and reaped.
+	for _, mode := range containModes {
+		r := newRegistry(t, bgjob.Config{Subreaper: true, Cgroup: mode.cgroup})
+		for _, esc := range escapes {
+			token := newToken(t)
+			s, err := r.Start(ctxT(t), bgjob.Spec{Command: strings.ReplaceAll(esc.cmd, "H", markedSleeper(token)), Env: helperEnv})
+			if err != nil {
+				t.Fatal(err)
+			}
+			awaitMarked(t, token, esc.n)
+			r.Cancel(s.ID)
+			assertNoneMarked(t, token)
+		}
+		if z := zombieChildren(); len(z) > 0 {
+			t.Errorf("%s: zombie children of the host after escapers: %v; want none", mode.name, z)
+		}
+	}
 }

@@ -185,3 +185,11 @@ func mustErr(t *testing.T, err, want error) {
 		t.Fatalf("err = %v; want one wrapping %v", err, want)
 	}
 }
+
+// touch makes an empty file, which a job waiting for it sees.
+func touch(t *testing.T, name string) {
+	t.Helper()
+	if err := os.WriteFile(name, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}

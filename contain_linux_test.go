@@ -1,0 +1,345 @@
+package bgjob_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bgjob/bgjob"
+)
+
+// tokenSeq makes the tokens that mark the processes of each test job.
+var tokenSeq atomic.Int64
+
+// newToken returns a token no other process on the machine carries.
+func newToken(t *testing.T) string {
+	return fmt.Sprintf("tok%d-%d-%s", os.Getpid(), tokenSeq.Add(1), strings.ReplaceAll(t.Name(), "/", "_"))
+}
+
+// markedSleeper is a shell command that runs the test binary as a helper
+// sleeping 300 s, with token on its command line so that it can be found
+// wherever it goes.
+func markedSleeper(token string) string { return helperCmd("sleep", "300000", token) }
+
+// marked returns the live (non-zombie) processes whose command line holds
+// token, anywhere on the machine.
+func marked(token string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || !bytes.Contains(cmd, []byte(token)) {
+			continue
+		}
+		st, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		if i := bytes.LastIndexByte(st, ')'); i > 0 && i+2 < len(st) && (st[i+2] == 'Z' || st[i+2] == 'X') {
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// awaitMarked waits until n processes carry token.
+func awaitMarked(t *testing.T, token string, n int) {
+	t.Helper()
+	for end := time.Now().Add(deadline); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if len(marked(token)) >= n {
+			return
+		}
+	}
+	t.Fatalf("%d processes carry %s; want %d", len(marked(token)), token, n)
+}
+
+// assertNoneMarked fails the test if a live process carries token; it
+// kills them, so that one failure does not leak into the next test.
+func assertNoneMarked(t *testing.T, token string) {
+	t.Helper()
+	if pids := marked(token); len(pids) > 0 {
+		t.Errorf("processes %v of the job still run after its end; want none", pids)
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// escapes are commands whose processes leave the job's process group or
+// session, or outlive its shell, each with the number of marked processes
+// it starts. H stands for a marked sleeper.
+var escapes = []struct {
+	name  string
+	cmd   string
+	n     int
+	exits bool // the job's shell exits at once: its processes are leftovers
+}{
+	{"timeout", "timeout 300 H; echo done", 1, false},
+	{"set-m", "bash -c 'set -m; H & H'", 2, false},
+	{"setsid-background", "setsid H & H", 2, false},
+	{"setsid-fork", "setsid -f H; H", 2, false},
+	{"exec-setsid", "exec setsid H", 1, true}, // setsid forks, as the shell leads its group
+	{"nohup-setsid", "nohup setsid H >/dev/null 2>&1 & H", 2, false},
+	{"double-fork", "( H & ); H", 2, false},
+	{"stderr-writer-setsid", "setsid sh -c 'H & while :; do echo x >/dev/stderr; sleep 0.05; done' & H", 2, false},
+}
+
+// containModes are the two containments a Linux job can get.
+var containModes = []struct {
+	name   string
+	cgroup string
+	want   bgjob.Containment
+}{
+	{"cgroup", "", bgjob.ContainCgroup},
+	{"session", "off", bgjob.ContainSession},
+}
+
+// Every way of stopping a job reaches every process it started, wherever
+// it went: new process groups (timeout, set -m), new sessions (setsid,
+// setsid -f, exec setsid, nohup setsid), double forks; with a cgroup of
+// its own and, without one, by its session and its marker.
+func TestEscapersAreStopped(t *testing.T) {
+	for _, mode := range containModes {
+		t.Run(mode.name, func(t *testing.T) {
+			if mode.want == bgjob.ContainCgroup && !cgroupsHere(t) {
+				t.Skip("no writable cgroup v2 hierarchy here: jobs are contained by their session")
+			}
+			for _, stop := range []string{"cancel", "timeout", "close", "shell-exits"} {
+				for _, esc := range escapes {
+					t.Run(stop+"/"+esc.name, func(t *testing.T) {
+						token := newToken(t)
+						cmd := strings.ReplaceAll(esc.cmd, "H", markedSleeper(token))
+						spec := bgjob.Spec{Command: cmd, Env: helperEnv}
+						exitFile := filepath.Join(t.TempDir(), "exit")
+						if stop == "shell-exits" {
+							// The shell exits once the test has seen its
+							// processes run: they are leftovers then.
+							spec.Command = "{ " + cmd + "; } & while [ ! -e " + exitFile + " ]; do sleep 0.01; done; exit 3"
+						}
+						if stop == "timeout" {
+							spec.Timeout = 10 * time.Second // by the registry's synthetic clock
+						}
+						r, err := bgjob.New(bgjob.Config{Cgroup: mode.cgroup, KillGrace: 300 * time.Millisecond})
+						if err != nil {
+							t.Fatal(err)
+						}
+						clock := &fakeClock{now: time.Now()}
+						bgjob.SetClock(r, clock.Now)
+						closed := false
+						defer func() {
+							if !closed {
+								r.Close(context.Background())
+							}
+						}()
+						s, err := r.Start(ctxT(t), spec)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if s.Containment != mode.want {
+							t.Fatalf("containment %v; want %v", s.Containment, mode.want)
+						}
+						awaitMarked(t, token, esc.n)
+						switch {
+						case esc.exits && stop != "close" && stop != "shell-exits":
+							// It ended by itself: what it left was stopped.
+							if s = wait(t, r, s.ID); !strings.Contains(s.Output.Notice, "leftover") {
+								t.Errorf("notice %q; want leftovers stopped", s.Output.Notice)
+							}
+						case stop == "cancel":
+							if s, err = r.Cancel(s.ID); err != nil || s.State != bgjob.Cancelled {
+								t.Errorf("Cancel: %v %v; want cancelled", s.State, err)
+							}
+						case stop == "timeout":
+							clock.advance(r, 10*time.Second)
+							if s = wait(t, r, s.ID); s.State != bgjob.TimedOut {
+								t.Errorf("got %v; want timed_out", s.State)
+							}
+						case stop == "close":
+							if err := r.Close(ctxT(t)); err != nil {
+								t.Errorf("Close: %v", err)
+							}
+							closed = true
+						case stop == "shell-exits":
+							os.WriteFile(exitFile, nil, 0o600)
+							if s = wait(t, r, s.ID); s.State != bgjob.Exited || s.ExitCode != 3 || !strings.Contains(s.Output.Notice, "leftover") {
+								t.Errorf("got %v %d %q; want exited 3 with leftovers stopped", s.State, s.ExitCode, s.Output.Notice)
+							}
+						}
+						assertNoneMarked(t, token)
+					})
+				}
+			}
+		})
+	}
+}
+
+// cgroupsHere reports whether jobs get cgroups on this machine.
+func cgroupsHere(t *testing.T) bool {
+	r := newRegistry(t, bgjob.Config{})
+	s, err := r.Start(ctxT(t), bgjob.Spec{Command: "true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Containment == bgjob.ContainCgroup
+}
+
+// A durable job keeps its containment across a restart: the record names
+// its cgroup (or its marker), the next Registry adopts it with it, and a
+// Cancel of the adopted job stops the processes that escaped its session.
+func TestDurableAdoptedJobKeepsItsContainment(t *testing.T) {
+	for _, mode := range containModes {
+		t.Run(mode.name, func(t *testing.T) {
+			if mode.want == bgjob.ContainCgroup && !cgroupsHere(t) {
+				t.Skip("no writable cgroup v2 hierarchy here")
+			}
+			cfg := durable(t)
+			cfg.Cgroup = mode.cgroup
+			r1, err := bgjob.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			token := newToken(t)
+			s, err := r1.Start(ctxT(t), bgjob.Spec{Command: "setsid " + markedSleeper(token) + " & " + markedSleeper(token), Env: helperEnv})
+			if err != nil {
+				t.Fatal(err)
+			}
+			awaitMarked(t, token, 2)
+			if err := r1.Detach(); err != nil {
+				t.Fatal(err)
+			}
+			rec := readRec(t, runFolders(t, cfg.StateDir)[0])
+			if mode.want == bgjob.ContainCgroup && rec["cgroup"] == nil || mode.want == bgjob.ContainSession && rec["marker"] == nil {
+				t.Errorf("record %v names neither the job's cgroup nor its marker", rec)
+			}
+			r2 := newRegistry(t, cfg)
+			if n := r2.Running(); n != 1 {
+				t.Fatalf("Running = %d after the restart; want 1 adopted", n)
+			}
+			c, err := r2.Cancel(s.ID)
+			if err != nil || c.State != bgjob.Cancelled {
+				t.Errorf("Cancel of the adopted job: %v %v; want cancelled", c.State, err)
+			}
+			assertNoneMarked(t, token)
+		})
+	}
+}
+
+// A durable job whose shell was killed while no host watched it is lost,
+// and what it left (in its cgroup, or marked) is stopped by the next
+// Registry.
+func TestDurableLostJobLeavesNothing(t *testing.T) {
+	for _, mode := range containModes {
+		t.Run(mode.name, func(t *testing.T) { testDurableLostJobLeavesNothing(t, mode.cgroup, mode.want) })
+	}
+}
+
+func testDurableLostJobLeavesNothing(t *testing.T, cgroup string, want bgjob.Containment) {
+	if want == bgjob.ContainCgroup && !cgroupsHere(t) {
+		t.Skip("no writable cgroup v2 hierarchy here")
+	}
+	cfg := durable(t)
+	cfg.Cgroup = cgroup
+	r1, err := bgjob.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := newToken(t)
+	s, err := r1.Start(ctxT(t), bgjob.Spec{Command: "setsid " + markedSleeper(token) + " & " + markedSleeper(token), Env: helperEnv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitMarked(t, token, 2)
+	r1.Detach()
+	// The wrapper and the job's shell die without an exit marker; the
+	// setsid sleeper lives on in the job's cgroup.
+	syscall.Kill(-s.PID, syscall.SIGKILL)
+	waitExit(t, s.PID)
+	r2 := newRegistry(t, cfg)
+	f, err := r2.Status(s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.State != bgjob.Failed || f.Reason != "lost" {
+		t.Errorf("got %v %q; want failed, lost", f.State, f.Reason)
+	}
+	assertNoneMarked(t, token)
+}
+
+// The folder of a host that died is emptied and removed by the next New,
+// with the processes of the jobs in it.
+func TestDeadHostCgroupIsCleared(t *testing.T) {
+	if !cgroupsHere(t) {
+		t.Skip("no writable cgroup v2 hierarchy here")
+	}
+	r := newRegistry(t, bgjob.Config{})
+	s, err := r.Start(ctxT(t), bgjob.Spec{Command: "sleep 300"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := filepath.Dir(filepath.Dir(cgroupOf(t, s.PID)))
+	// A folder named as a registry of a host that is gone (PID 1 with
+	// another start time), holding a live process.
+	dead := filepath.Join(parent, "bgjob-1-999999999")
+	job := filepath.Join(dead, "job")
+	if err := os.MkdirAll(job, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	token := newToken(t)
+	cmd := exec.Command(os.Args[0], "sleep", "300000", token)
+	cmd.Env = append(os.Environ(), "BGJOB_TEST_HELPER=1")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go cmd.Wait()
+	if err := os.WriteFile(filepath.Join(job, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+	r2 := newRegistry(t, bgjob.Config{})
+	_ = r2
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Errorf("the dead host's folder is still there: %v", err)
+	}
+	assertNoneMarked(t, token)
+	r.Cancel(s.ID)
+}
+
+// cgroupOf returns the cgroup v2 folder of process pid: its path in the
+// hierarchy, under where the hierarchy is mounted.
+func cgroupOf(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mnt string
+	for _, line := range strings.Split(string(mi), "\n") {
+		if f := strings.Fields(line); len(f) > 8 && strings.Contains(line, " - cgroup2 ") && f[3] == "/" {
+			mnt = f[4]
+		}
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rel, ok := strings.CutPrefix(line, "0::"); ok && mnt != "" {
+			return filepath.Join(mnt, rel)
+		}
+	}
+	t.Fatal("no cgroup v2 hierarchy")
+	return ""
+}
