@@ -25,6 +25,7 @@ const (
 	kindGrandchildren                   // leaves two sleeping children holding the pipe, exits with code
 	kindStubbornChild                   // leaves a child that ignores SIGTERM, exits with code
 	kindStdin                           // copies its stdin, exits with code
+	kindEscape                          // starts a process that leaves its group or session, exits with code
 	kindTimeout                         // prints, sleeps past a short wall timeout
 	kindIdle                            // prints, falls silent past a short idle timeout
 	kindIgnoreTerm                      // ignores SIGTERM, sleeps past a short timeout
@@ -35,10 +36,25 @@ const (
 )
 
 var kindNames = [numKinds]string{"exit", "slow", "self-kill", "self-term", "grandchildren",
-	"stubborn-child", "stdin", "timeout", "idle", "ignore-term", "long", "bad-shell", "dir-gone"}
+	"stubborn-child", "stdin", "escape", "timeout", "idle", "ignore-term", "long", "bad-shell", "dir-gone"}
 
 // kindWeights sets how often each kind is picked (per mille of the pool).
-var kindWeights = [numKinds]int{200, 80, 50, 40, 60, 30, 60, 60, 50, 40, 120, 60, 0}
+var kindWeights = [numKinds]int{200, 80, 50, 40, 60, 30, 60, 80, 60, 50, 40, 120, 60, 0}
+
+// stressEscapes are the ways a kindEscape job's process leaves the job's
+// process group or session; H is a sleeper marked with the run's token.
+var stressEscapes = []string{
+	"timeout 300 H &",
+	"bash -c 'set -m; H & exit 0'",
+	"setsid H &",
+	"setsid -f H",
+	"nohup setsid H >/dev/null 2>&1 &",
+	"( setsid H & )",
+}
+
+// escapeToken is the placeholder of a kindEscape spec's command that each
+// launch replaces with a token of its own (see stress.launchSpec).
+const escapeToken = "ESCAPE_TOKEN"
 
 // stressSpec is a job spec with its expected outcome. Its output is
 // word+"\n" repeated and cut at n bytes, so every byte at every offset is
@@ -63,7 +79,7 @@ func (ss *stressSpec) pattern(n int64) string {
 	return strings.Repeat(line, int(n)/len(line)+1)[:n]
 }
 
-func (ss *stressSpec) exitsOnItsOwn() bool { return ss.kind <= kindStdin }
+func (ss *stressSpec) exitsOnItsOwn() bool { return ss.kind <= kindEscape }
 func (ss *stressSpec) canTimeOut() bool    { return ss.kind >= kindTimeout && ss.kind <= kindLong }
 func (ss *stressSpec) failsToSpawn() bool  { return ss.kind >= kindBadShell }
 
@@ -141,6 +157,9 @@ func stressPool(rng *rand.Rand) []*stressSpec {
 		case kindStdin:
 			ss.n = min(ss.n, 300_000)
 			sp.Command, sp.Stdin = fmt.Sprintf("cat; exit %d", ss.code), ss.pattern(ss.n)
+		case kindEscape:
+			esc := strings.ReplaceAll(stressEscapes[len(pool)%len(stressEscapes)], "H", helperCmd("sleep", "300000", escapeToken))
+			sp.Command = fmt.Sprintf("%s; %s\nsleep 0.05; exit %d", print, esc, ss.code)
 		case kindTimeout:
 			sp.Command, sp.Timeout = print+"; sleep 300", ms(100, 400)
 		case kindIdle:
@@ -153,6 +172,9 @@ func stressPool(rng *rand.Rand) []*stressSpec {
 		sp.Session = stressSessions[rng.IntN(len(stressSessions))]
 		if rng.IntN(4) == 0 {
 			sp.Env = map[string]string{"STRESS_VAR": ss.word}
+		}
+		if kind == kindEscape {
+			sp.Env = map[string]string{"BGJOB_TEST_HELPER": "1", "STRESS_VAR": ss.word}
 		}
 		key := fmt.Sprintf("%d|%q|%q|%v|%v|%q", kind, sp.Command, sp.Session, sp.Timeout, sp.IdleTimeout, sp.Env)
 		if seen[key] {

@@ -118,8 +118,9 @@ type stress struct {
 		joins, tooMany, closedErrs, inline, detached, progress          atomic.Int64
 		status, notFound, reads, readBytes, readInvalid, waits, waitOut atomic.Int64
 		cancels, lists, drains, readmits, walks, admits, doomed         atomic.Int64
-		ctxErrs, detachedDone                                           atomic.Int64
+		ctxErrs, detachedDone, escapes, escapeChecks                    atomic.Int64
 	}
+	tokens atomic.Int64 // the last escape token handed out
 }
 
 func newStress(t *testing.T, seed uint64) *stress {
@@ -144,7 +145,10 @@ func newStress(t *testing.T, seed uint64) *stress {
 		Retention:        bgjob.Retention{MaxJobs: 48, MaxBytes: 2 << 20, TTL: 20 * time.Second},
 		ProgressInterval: 30 * time.Millisecond,
 		Telemetry:        st.main.rec,
-		OnComplete:       st.main.rec.onComplete,
+		OnComplete: func(c bgjob.Completion) {
+			st.main.rec.onComplete(c)
+			st.checkEscapers(c.Command)
+		},
 		// An Admitter that keeps the text as it is, so the bytes stay
 		// checkable while every path passes through admission.
 		Admitter: bgjob.AdmitterFunc(func(_ context.Context, req bgjob.AdmitRequest) (bgjob.Admitted, error) {
@@ -224,6 +228,39 @@ func (st *stress) record(reg *stressReg, ss *stressSpec, s bgjob.Snapshot) {
 		reg.launches.Add(1)
 	} else {
 		st.n.joins.Add(1)
+	}
+}
+
+// launchSpec returns the spec to launch for ss: sometimes Unique, and for
+// an escaping job always, with a token of its own in place of
+// escapeToken, so that the check at its end finds its processes wherever
+// they went, and no other run's.
+func (st *stress) launchSpec(ss *stressSpec, rng *rand.Rand) bgjob.Spec {
+	spec := ss.spec
+	spec.Unique = rng.IntN(5) == 0
+	if ss.kind == kindEscape {
+		spec.Unique = true
+		spec.Command = strings.ReplaceAll(spec.Command, escapeToken, fmt.Sprintf("esc-%d-%d", st.seed, st.tokens.Add(1)))
+		st.n.escapes.Add(1)
+	}
+	return spec
+}
+
+// checkEscapers checks, as a job of command cmd ends, that no process it
+// started lives on, anywhere on the machine: an escaping job's processes
+// carry its token (see launchSpec).
+func (st *stress) checkEscapers(cmd string) {
+	i := strings.Index(cmd, "esc-")
+	if i < 0 {
+		return
+	}
+	token := cmd[i:]
+	if j := strings.IndexAny(token, "' "); j >= 0 {
+		token = token[:j]
+	}
+	st.n.escapeChecks.Add(1)
+	if pids := marked(token); len(pids) > 0 {
+		st.fail("processes %v of the ended job %q still run", pids, cmd)
 	}
 }
 
@@ -341,8 +378,7 @@ func (st *stress) worker(rng *rand.Rand, stop *atomic.Bool) {
 		switch p := rng.IntN(100); {
 		case p < 22: // Start, sometimes waiting for the end
 			ss, reg := st.pick(rng)
-			spec := ss.spec
-			spec.Unique = rng.IntN(5) == 0
+			spec := st.launchSpec(ss, rng)
 			s, err := reg.r.Start(ctx, spec)
 			if err != nil {
 				st.launchErr("Start", err)
@@ -362,8 +398,7 @@ func (st *stress) worker(rng *rand.Rand, stop *atomic.Bool) {
 			}
 		case p < 36: // RunForeground: inline, detached at the soft cap, or by ctx
 			ss, reg := st.pick(rng)
-			spec := ss.spec
-			spec.Unique = rng.IntN(5) == 0
+			spec := st.launchSpec(ss, rng)
 			fg := bgjob.Foreground{SoftCap: time.Duration(1+rng.IntN(500)) * time.Millisecond}
 			if rng.IntN(3) == 0 {
 				fg.OnProgress = func(time.Duration) { st.n.progress.Add(1) }
@@ -390,6 +425,7 @@ func (st *stress) worker(rng *rand.Rand, stop *atomic.Bool) {
 				if !res.State.Done() {
 					st.fail("RunForeground returned a running job without Detached")
 				}
+				st.checkEscapers(res.Command)
 			}
 			st.checkSnap("RunForeground", ss, res.Snapshot)
 		case p < 50:
@@ -692,6 +728,8 @@ func (st *stress) verify() {
 		states[bgjob.Exited], states[bgjob.Cancelled], states[bgjob.TimedOut], states[bgjob.Failed], kinds[kindBadShell], kinds[kindDirGone], bytesTotal>>20)
 	t.Logf("faults injected: %d (self-kills %d, self-terms %d, leftover trees %d, timeouts %d, cancels %d, spawn failures %d)",
 		faults, kinds[kindSelfKill], kinds[kindSelfTerm], leftovers, states[bgjob.TimedOut], states[bgjob.Cancelled], states[bgjob.Failed])
+	t.Logf("escapes: %d jobs whose processes left their group or session, %d checked at their end: none lived on unless reported above",
+		st.n.escapes.Load(), st.n.escapeChecks.Load())
 	t.Logf("leaks: %d live processes of jobs (of %d job sessions) after Close", live, len(pids))
 	t.Logf("polls: %d Status, %d Read (%d bytes checked, %d past the end), %d Wait (%d timed out), %d walks, %d Cancel, %d List, %d drains, %d Readmit, %d not found, %d admissions",
 		st.n.status.Load(), st.n.reads.Load(), st.n.readBytes.Load(), st.n.readInvalid.Load(), st.n.waits.Load(), st.n.waitOut.Load(), st.n.walks.Load(),

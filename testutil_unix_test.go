@@ -6,11 +6,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -191,5 +194,67 @@ func touch(t *testing.T, name string) {
 	t.Helper()
 	if err := os.WriteFile(name, nil, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// tokenSeq makes the tokens that mark the processes of each test job.
+var tokenSeq atomic.Int64
+
+// newToken returns a token no other process on the machine carries.
+func newToken(t *testing.T) string {
+	return fmt.Sprintf("tok%d-%d-%s", os.Getpid(), tokenSeq.Add(1), strings.ReplaceAll(t.Name(), "/", "_"))
+}
+
+// markedSleeper is a shell command that runs the test binary as a helper
+// sleeping 300 s, with token on its command line so that it can be found
+// wherever it goes.
+func markedSleeper(token string) string { return helperCmd("sleep", "300000", token) }
+
+// marked returns the live (non-zombie) processes whose command line holds
+// token, anywhere on the machine.
+func marked(token string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || !bytes.Contains(cmd, []byte(token)) {
+			continue
+		}
+		st, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		if i := bytes.LastIndexByte(st, ')'); i > 0 && i+2 < len(st) && (st[i+2] == 'Z' || st[i+2] == 'X') {
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// awaitMarked waits until n processes carry token.
+func awaitMarked(t *testing.T, token string, n int) {
+	t.Helper()
+	for end := time.Now().Add(deadline); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if len(marked(token)) >= n {
+			return
+		}
+	}
+	t.Fatalf("%d processes carry %s; want %d", len(marked(token)), token, n)
+}
+
+// assertNoneMarked fails the test if a live process carries token; it
+// kills them, so that one failure does not leak into the next test.
+func assertNoneMarked(t *testing.T, token string) {
+	t.Helper()
+	if pids := marked(token); len(pids) > 0 {
+		t.Errorf("processes %v of the job still run after its end; want none", pids)
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
 	}
 }
