@@ -21,6 +21,12 @@
 // bgjob does not give a job a terminal (PTY) or take input after the
 // start, and it runs jobs on this machine only.
 //
+// Hooks ([Admitter], [Telemetry], [Config.OnComplete], [Config.Guard]) may
+// call back into the registry, on any job, their own included, without a
+// deadlock: a wait from a hook waits for the job to finish, not for its
+// hooks, and a JobStarted hook that waits for its own job supervises it
+// to its end right there.
+//
 // # Durable mode
 //
 // With [Config.StateDir] set (Linux only; New fails with
@@ -70,13 +76,24 @@
 // # Cancellation
 //
 // [Registry.Cancel], a timeout and [Registry.Close] stop a job the same
-// way: SIGTERM to its whole process group, then SIGKILL after
+// way: SIGTERM to every process group of the job, then SIGKILL after
 // [Config.KillGrace]. A job is done only when its shell has exited, its
 // output pipe is drained (a process that holds it open delays the end by
-// 200ms at most) and no process of its group is alive: leftovers are
+// 200ms at most) and no process of the job is alive: leftovers are
 // stopped the same way and counted in [Output.Notice]. The goroutine that
 // owns the wait also sends every signal, and the shell is not reaped
 // until it is done signalling, so a reused PID is never signalled.
+//
+// What "every process of the job" means is its containment
+// ([Snapshot.Containment]). On Linux a job gets a cgroup v2 of its own
+// wherever the host can make one ([Config.Cgroup]): its shell is spawned
+// straight into it, nothing the job starts can leave it (setsid, double
+// forks and daemons included), the stop ends with cgroup.kill, and the
+// job is done when the cgroup is empty. Without a cgroup, a job is its
+// session: every process group in it, and on Linux every process whose
+// environment carries the job's marker (BGJOB_JOB), which setsid does not
+// drop; a process that leaves the session and drops that variable too
+// escapes. On Windows a job is its Job Object.
 //
 // A context passed to a method bounds that call only: Start's ctx bounds
 // validation and launch, RunForeground's the inline wait (ending it
@@ -106,8 +123,8 @@
 //
 // # Platform differences
 //
-// On Unix each job runs in a new session (setsid), so its process group
-// holds everything it starts. Durable mode needs Linux: pidfds watch an
+// On Unix each job runs in a new session (setsid); on Linux also in a
+// cgroup of its own where the host can make one (see Cancellation). Durable mode needs Linux: pidfds watch an
 // adopted process that is not the host's child, inotify wakes the reader
 // of an output file. On Linux the waiter parks on a pidfd and
 // leftover processes are found in /proc, ignoring zombies, which hold

@@ -6,6 +6,8 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -36,7 +38,8 @@ type procOS struct {
 	cgs    *cgroups
 	marker string
 	since  uint64
-	reaped bool // the shell was reaped: its PID may be reused
+	forks  uint64 // the system's count of created tasks when the shell started (0: unknown)
+	reaped bool   // the shell was reaped: its PID may be reused
 	// seen holds a pidfd of each member seen during the job's end, for
 	// reapOrphans; only kept when the host is a subreaper.
 	seen map[int]*os.File
@@ -81,6 +84,7 @@ func (p *process) contain(pl *plan) {
 	}
 	p.marker = pl.marker
 	p.since, _, _ = procStart(p.pid)
+	p.forks, _ = forkCount()
 }
 
 // containment says what holds p's tree: its cgroup's folder, or its
@@ -201,10 +205,22 @@ func (p *process) members() []member {
 	}
 	names, _ := d.Readdirnames(-1)
 	d.Close()
+	// Every process of the job was created after its shell. Unless the
+	// PIDs may have wrapped around since, those have higher PIDs, and
+	// the rest need not be read.
+	from := 0
+	if p.newPIDsAbove() {
+		from = p.pid
+	}
 	var ms []member
 	for _, name := range names {
 		if name[0] < '0' || name[0] > '9' {
 			continue
+		}
+		if from > 0 {
+			if pid, err := strconv.Atoi(name); err != nil || pid < from {
+				continue
+			}
 		}
 		st, ok := readStat(name, buf[:])
 		if !ok || !st.live() {
@@ -243,6 +259,62 @@ func (p *process) see(ms []member) {
 		p.seen[m.pid] = os.NewFile(uintptr(fd), "pidfd")
 	}
 }
+
+// newPIDsAbove reports whether every process created since the job's
+// shell has a PID above the shell's: the last PID handed out is above it,
+// and too few tasks were created since (and exist now, each holding a
+// PID the allocator skips) for the allocator to have gone round pid_max.
+func (p *process) newPIDsAbove() bool {
+	if p.forks == 0 || p.pid <= 0 {
+		return false
+	}
+	forks, ok := forkCount()
+	if !ok || forks < p.forks {
+		return false
+	}
+	b, err := os.ReadFile("/proc/loadavg") // "0.20 0.18 0.12 1/80 11206": tasks, last PID
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 5 {
+		return false
+	}
+	_, total, _ := strings.Cut(f[3], "/")
+	tasks, err1 := strconv.Atoi(total)
+	last, err2 := strconv.Atoi(f[4])
+	max := pidMax()
+	if err1 != nil || err2 != nil || max == 0 || last < p.pid {
+		return false
+	}
+	return forks-p.forks+uint64(tasks) < uint64(max-p.pid)
+}
+
+// forkCount returns how many tasks (processes and threads) the system has
+// created since boot: the "processes" line of /proc/stat.
+func forkCount() (uint64, bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, false
+	}
+	i := bytes.Index(b, []byte("\nprocesses "))
+	if i < 0 {
+		return 0, false
+	}
+	v, _, _ := bytes.Cut(b[i+len("\nprocesses "):], []byte("\n"))
+	n, err := strconv.ParseUint(string(v), 10, 64)
+	return n, err == nil
+}
+
+// pidMax is the system's pid_max, or 0 if unknown.
+var pidMax = sync.OnceValue(func() int {
+	b, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n
+})
 
 // procStat is what members needs of /proc/PID/stat.
 type procStat struct {

@@ -81,8 +81,8 @@ func main() {
 	step("spawn", func() {
 		s := runSpawn(sz.spawn)
 		rows = append(rows, spawnRows(s)...)
-		notes = append(notes, fmt.Sprintf("spawn: %d sequential runs of /bin/sh -c true per implementation, interleaved; os/exec is exec.Command(...).Run() (no output kept); os/exec set up as bgjob runs a job (Setsid, stdout+stderr through one pipe into a buffer, Dir) took %v, bgjob %.2f× that",
-			sz.spawn, s.like.Round(100*time.Nanosecond), float64(s.median[bgJob])/float64(s.like)))
+		notes = append(notes, fmt.Sprintf("spawn: %d sequential runs of /bin/sh -c true per implementation, interleaved; os/exec is exec.Command(...).Run() (no output kept); os/exec set up as bgjob runs a job (Setsid, stdout+stderr through one pipe into a buffer, Dir) took %v, bgjob in its session %.2f× that, in its cgroup %.2f×",
+			sz.spawn, s.like.Round(100*time.Nanosecond), float64(s.session)/float64(s.like), float64(s.median[bgJob])/float64(s.like)))
 	})
 	step("foreground", func() {
 		rows = append(rows, fgRows(runForeground(sz.foreground))...)

@@ -141,8 +141,10 @@ func osExecLikeBgjob(command string) runner {
 
 // spawnResult: workload 1.
 type spawnResult struct {
-	median [nImpl]time.Duration
-	like   time.Duration // os/exec set up like bgjob (osExecLikeBgjob)
+	median  [nImpl]time.Duration // bgjob: the default containment (a cgroup where there is one)
+	contain bgjob.Containment    // what the default gave
+	session time.Duration        // bgjob with Config.Cgroup "off": the job's session only
+	like    time.Duration        // os/exec set up like bgjob (osExecLikeBgjob)
 }
 
 // shuffled returns the order of the implementations for one round: a
@@ -158,8 +160,10 @@ func shuffled(rng *rand.Rand, n int) []int { return rng.Perm(n) }
 func runSpawn(n int) spawnResult {
 	reg := newRegistry(bgjob.Config{})
 	defer closeRegistry(reg)
+	plain := newRegistry(bgjob.Config{Cgroup: "off"})
+	defer closeRegistry(plain)
 	three := runners(reg, "true")
-	rs := append(three[:], osExecLikeBgjob("true"))
+	rs := append(three[:], osExecLikeBgjob("true"), bgjobRun(plain, "true"))
 	samples := make([]stat, len(rs))
 	rng := rand.New(rand.NewPCG(3, 4))
 	for i := range n + n/10 {
@@ -180,6 +184,12 @@ func runSpawn(n int) spawnResult {
 		res.median[k] = samples[k].median()
 	}
 	res.like = samples[nImpl].median()
+	res.session = samples[nImpl+1].median()
+	s, err := reg.Start(context.Background(), bgjob.Spec{Command: "true", Unique: true})
+	if err != nil {
+		fatalf("spawn: %v", err)
+	}
+	res.contain = s.Containment
 	return res
 }
 
