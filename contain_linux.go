@@ -176,8 +176,8 @@ func reapDeadHosts(parent string, log *slog.Logger) {
 		if !ok || !e.IsDir() {
 			continue
 		}
-		if st, _, alive := procStart(pid); alive && st == start {
-			continue
+		if st, _, err := procStart(pid); err != errGone && (err != nil || st == start) {
+			continue // alive, or it cannot be told: left alone
 		}
 		dir := filepath.Join(parent, e.Name())
 		n := killCgroupTree(dir)
@@ -422,15 +422,11 @@ func (c *cgroups) clearExcept(keep []string) {
 	}
 }
 
-// reapZombiesOf reaps the host's zombie children that died in the cgroup
-// dir: orphans of a job re-parented to the host, a subreaper. A zombie
-// still names its cgroup in /proc/PID/cgroup, and its PID cannot be
-// reused until it is reaped.
-func reapZombiesOf(dir string) {
-	rel := cgroupPath(dir)
-	if rel == "" {
-		return
-	}
+// reapZombieChildren reaps the host's zombie children that ours says are
+// the job's: orphans of a job re-parented to the host, a subreaper. A
+// zombie's PID cannot be reused until it is reaped, so the one that ours
+// looked at is the one reaped.
+func reapZombieChildren(ours func(pid string, session int) bool) {
 	self := strconv.Itoa(os.Getpid())
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
@@ -446,12 +442,12 @@ func reapZombiesOf(dir string) {
 		if i < 0 || i+2 >= len(b) {
 			continue
 		}
-		f := bytes.Fields(b[i+2:]) // state ppid ...
-		if len(f) < 2 || f[0][0] != 'Z' || string(f[1]) != self {
+		f := bytes.Fields(b[i+2:]) // state ppid pgrp session ...
+		if len(f) < 4 || f[0][0] != 'Z' || string(f[1]) != self {
 			continue
 		}
-		cg, _ := os.ReadFile("/proc/" + name + "/cgroup")
-		if !bytes.Contains(cg, []byte("0::"+rel+"\n")) {
+		sid, _ := strconv.Atoi(string(f[3]))
+		if !ours(name, sid) {
 			continue
 		}
 		pid, _ := strconv.Atoi(name)

@@ -226,7 +226,13 @@ func TestDeadHostCgroupIsCleared(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	parent := filepath.Dir(filepath.Dir(cgroupOf(t, s.PID)))
+	// A parent of the test's own (Config.Cgroup), which no other test's
+	// New looks into.
+	parent := filepath.Join(filepath.Dir(filepath.Dir(cgroupOf(t, s.PID))), "bgjob-test-"+strconv.Itoa(os.Getpid()))
+	if err := os.Mkdir(parent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(parent)
 	// A folder named as a registry of a host that is gone (PID 1 with
 	// another start time), holding a live process.
 	dead := filepath.Join(parent, "bgjob-1-999999999")
@@ -244,8 +250,11 @@ func TestDeadHostCgroupIsCleared(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(job, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0); err != nil {
 		t.Fatal(err)
 	}
-	r2 := newRegistry(t, bgjob.Config{})
-	_ = r2
+	r2, err := bgjob.New(bgjob.Config{Cgroup: parent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2.Close(context.Background())
 	if _, err := os.Stat(dead); !os.IsNotExist(err) {
 		t.Errorf("the dead host's folder is still there: %v", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/zeebo/blake3"
 )
@@ -34,6 +35,7 @@ const (
 	outputFile    = "output"
 	markerFile    = "exit"
 	idKeyFile     = "idkey"
+	lockFile      = "lock"
 	sessionsDir   = "sessions"
 	quarantineDir = "quarantine"
 	recordVersion = 1
@@ -52,9 +54,9 @@ type record struct {
 	Version     int           `json:"version"`
 	ID          ID            `json:"id"`
 	Gen         uint64        `json:"gen"`
-	Session     string        `json:"session"`
-	Command     string        `json:"command"`
-	Dir         string        `json:"dir"`
+	Session     rawText       `json:"session"`
+	Command     rawText       `json:"command"`
+	Dir         rawText       `json:"dir"`
 	Timeout     time.Duration `json:"timeout_ns"`
 	IdleTimeout time.Duration `json:"idle_timeout_ns"`
 	// State is "starting" until the process exists, then a State's
@@ -69,11 +71,11 @@ type record struct {
 	BootID    string `json:"boot_id,omitempty"`
 	// Cgroup is the folder of the job's cgroup, if it has one; Marker
 	// the entry in its environment that marks its processes, if not.
-	Cgroup  string    `json:"cgroup,omitempty"`
+	Cgroup  rawText   `json:"cgroup,omitempty"`
 	Marker  string    `json:"marker,omitempty"`
 	Started time.Time `json:"started"`
 	Ended   time.Time `json:"ended,omitzero"`
-	Reason  string    `json:"reason,omitempty"`
+	Reason  rawText   `json:"reason,omitempty"`
 	Notice  string    `json:"notice,omitempty"` // about leftovers stopped
 	// Pollable: the job's end owes a completion.
 	Pollable bool `json:"pollable"`
@@ -83,13 +85,48 @@ type record struct {
 	CompletionDelivered bool `json:"completion_delivered"`
 }
 
+// rawText is a string that a record keeps byte for byte: in JSON it is a
+// string when it is valid UTF-8, and {"base64": "..."} when it is not,
+// since a JSON string cannot hold invalid UTF-8 (it would come back with
+// U+FFFD in place of each bad byte).
+type rawText string
+
+func (t rawText) MarshalJSON() ([]byte, error) {
+	if utf8.ValidString(string(t)) {
+		return json.Marshal(string(t))
+	}
+	return json.Marshal(struct {
+		Base64 []byte `json:"base64"`
+	}{[]byte(t)})
+}
+
+func (t *rawText) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '{' {
+		var v struct {
+			Base64 []byte `json:"base64"`
+		}
+		if err := json.Unmarshal(b, &v); err != nil {
+			return err
+		}
+		*t = rawText(v.Base64)
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	*t = rawText(s)
+	return nil
+}
+
 // store is a Registry's state directory: durable mode's journal.
 type store struct {
 	// Set by openStore and never written again.
-	dir string
-	key [32]byte // keys the session folder names
-	lim readLimits
-	log *slog.Logger
+	dir  string
+	lock *os.File // StateDir/lock, held (flock) until close
+	key  [32]byte // keys the session folder names
+	lim  readLimits
+	log  *slog.Logger
 
 	mu sync.Mutex // guards runs and trash; a leaf: nothing is taken while it is held
 	// runs maps each job the journal keeps to its run folder's record.
@@ -126,6 +163,20 @@ func openStore(c *Config) (*store, []byte, error) {
 			return nil, nil, fmt.Errorf("bgjob: new: Config.StateDir: %w", err)
 		}
 	}
+	// One Registry at a time: a second one would share the run folders,
+	// adopt the same jobs and deliver their completions twice. The lock
+	// is the kernel's (flock), so a host that dies lets go of it.
+	lock, err := lockStateDir(st.dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("bgjob: new: Config.StateDir %s: %w", st.dir, err)
+	}
+	st.lock = lock
+	ok := false
+	defer func() {
+		if !ok {
+			lock.Close()
+		}
+	}()
 	key := c.IDKey
 	if key == nil {
 		var err error
@@ -136,7 +187,39 @@ func openStore(c *Config) (*store, []byte, error) {
 	blake3.DeriveKey("github.com/bgjob/bgjob 2026-11 session folder key", key, st.key[:])
 	keep := (int64(c.HeadBytes) + lineSlack + 4095) &^ 4095
 	st.lim = readLimits{keep: keep, tail: int64(c.TailBytes) + 2*lineSlack, max: c.MaxOutputBytes}
+	ok = true
 	return st, key, nil
+}
+
+// relock makes sure the store may write: while the registry runs it holds
+// the lock; after close (a Completions call on a closed registry records
+// a delivery) it takes the lock again for the write, unless another
+// Registry holds it now, which then owns the records: nothing is written.
+func (st *store) relock() (unlock func(), ok bool) {
+	st.mu.Lock()
+	held := st.lock != nil
+	st.mu.Unlock()
+	if held {
+		return func() {}, true
+	}
+	l, err := lockStateDir(st.dir)
+	if err != nil {
+		st.log.Warn("bgjob: record not written after Close", "err", err)
+		return nil, false
+	}
+	return func() { l.Close() }, true
+}
+
+// close lets go of the state directory, once the registry has ended: the
+// next New on it may proceed.
+func (st *store) close() {
+	st.mu.Lock()
+	lock := st.lock
+	st.lock = nil
+	st.mu.Unlock()
+	if lock != nil {
+		lock.Close()
+	}
 }
 
 // idKey reads the persisted ID key, or makes and persists one.
@@ -213,6 +296,11 @@ func (st *store) writeLocked(rr *runRec) {
 	if rr.gone {
 		return
 	}
+	unlock, ok := st.relock()
+	if !ok {
+		return
+	}
+	defer unlock()
 	b, err := json.Marshal(&rr.rec)
 	if err == nil {
 		err = writeFileSync(rr.dir, recordFile, b)
@@ -295,8 +383,8 @@ func (st *store) get(j *job) *runRec {
 func (st *store) launching(j *job) error {
 	rr := &runRec{dir: filepath.Join(st.sessionDir(j.spec.Session), string(j.id)+"."+strconv.FormatUint(j.gen, 10))}
 	rr.rec = record{
-		Version: recordVersion, ID: j.id, Gen: j.gen, Session: j.spec.Session,
-		Command: j.spec.Command, Dir: j.spec.Dir, Timeout: j.timeout, IdleTimeout: j.spec.IdleTimeout,
+		Version: recordVersion, ID: j.id, Gen: j.gen, Session: rawText(j.spec.Session),
+		Command: rawText(j.spec.Command), Dir: rawText(j.spec.Dir), Timeout: j.timeout, IdleTimeout: j.spec.IdleTimeout,
 		State: stateStarting, ExitCode: exitUnknown, Started: j.started, Pollable: true,
 	}
 	err := os.MkdirAll(filepath.Dir(rr.dir), 0o700)
@@ -352,7 +440,7 @@ func (st *store) started(j *job, p *process) {
 	defer rr.mu.Unlock()
 	rr.rec.State, rr.rec.PID, rr.rec.StartTime, rr.rec.BootID = Running.String(), p.pid, start, bootID()
 	if kind == ContainCgroup {
-		rr.rec.Cgroup = where
+		rr.rec.Cgroup = rawText(where)
 	} else {
 		rr.rec.Marker = where
 	}
@@ -369,7 +457,7 @@ func (st *store) ending(j *job) func(outcome, time.Time, bool) {
 	rr.mu.Lock()
 	return func(o outcome, ended time.Time, pollable bool) {
 		defer rr.mu.Unlock()
-		rr.rec.State, rr.rec.ExitCode, rr.rec.Reason, rr.rec.Notice = o.state.String(), o.exitCode, o.reason, o.notice
+		rr.rec.State, rr.rec.ExitCode, rr.rec.Reason, rr.rec.Notice = o.state.String(), o.exitCode, rawText(o.reason), o.notice
 		rr.rec.Ended, rr.rec.Pollable = ended, pollable
 		st.writeLocked(rr)
 	}
@@ -434,6 +522,11 @@ func (st *store) purge() {
 
 // removeLocked removes j's run folder; rr.mu must be held.
 func (st *store) removeLocked(j *job, rr *runRec) {
+	unlock, ok := st.relock()
+	if !ok {
+		return
+	}
+	defer unlock()
 	rr.gone = true
 	if err := os.RemoveAll(rr.dir); err != nil {
 		st.log.Warn("bgjob: remove run folder", "id", j.id, "err", err)
@@ -448,14 +541,21 @@ func (st *store) releasable() error { return nil }
 
 // restore rebuilds the registry from the state directory (replay); see
 // Config.StateDir. It runs in New, before the Registry is shared.
-func (st *store) restore(r *Registry) []adoption {
+func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 	sessions, err := os.ReadDir(filepath.Join(st.dir, sessionsDir))
 	if err != nil {
-		st.log.Warn("bgjob: replay", "err", err)
-		return nil
+		return nil, fmt.Errorf("replay: %w", err)
 	}
+	defer func() {
+		if err != nil {
+			for _, a := range adopted {
+				a.rd.Close()
+				a.p.close()
+			}
+			adopted = nil
+		}
+	}()
 	var (
-		adopted []adoption
 		owed    []queued
 		byID    = make(map[ID]*job)
 		gone    []*job // finished runs nobody holds: discarded after
@@ -481,7 +581,7 @@ func (st *store) restore(r *Registry) []adoption {
 			rr := &runRec{dir: run, rec: *rec}
 			j := &job{
 				id: rec.ID, gen: rec.Gen,
-				spec:    Spec{Session: rec.Session, Command: rec.Command, Dir: rec.Dir, IdleTimeout: rec.IdleTimeout},
+				spec:    Spec{Session: string(rec.Session), Command: string(rec.Command), Dir: string(rec.Dir), IdleTimeout: rec.IdleTimeout},
 				timeout: rec.Timeout, started: rec.Started,
 				over: make(chan struct{}), done: make(chan struct{}), wake: make(chan struct{}, 1), heapIdx: -1,
 				state: Running, exitCode: exitUnknown, pid: rec.PID,
@@ -496,12 +596,19 @@ func (st *store) restore(r *Registry) []adoption {
 			case Running.String():
 				if rec.BootID == boot {
 					p, rd, err := adoptProcess(rec, run, j.exited.Load, st.lim, r.cg)
+					if err != nil && err != errGone {
+						return nil, fmt.Errorf("adopt %s (process %d): %w", rec.ID, rec.PID, err)
+					}
 					if err == nil {
 						j.out = newOutbuf(r.cfg.HeadBytes, r.cfg.TailBytes)
 						j.pollable = true
 						rr.rec.Pollable = true
 						j.rd.Store(&rd)
-						adopted = append(adopted, adoption{j, p, rd})
+						a := adoption{j: j, p: p, rd: rd}
+						if fi, err := os.Stat(filepath.Join(run, outputFile)); err == nil {
+							a.lastOut = fi.ModTime()
+						}
+						adopted = append(adopted, a)
 						if old := byID[j.id]; old == nil || old.gen < j.gen {
 							if old != nil {
 								gone = append(gone, old)
@@ -522,7 +629,7 @@ func (st *store) restore(r *Registry) []adoption {
 					o.notice = fmt.Sprintf("stopped %d leftover process(es) of the job", n)
 				}
 			default:
-				o = outcome{state: parseState(rec.State), exitCode: rec.ExitCode, reason: rec.Reason, notice: rec.Notice}
+				o = outcome{state: parseState(rec.State), exitCode: rec.ExitCode, reason: string(rec.Reason), notice: rec.Notice}
 			}
 			if rec.State == stateStarting || rec.State == Running.String() {
 				// It ended while no Registry watched it: its end is
@@ -533,7 +640,7 @@ func (st *store) restore(r *Registry) []adoption {
 					ended = fi.ModTime()
 				}
 				rr.rec.State, rr.rec.ExitCode, rr.rec.Reason, rr.rec.Ended, rr.rec.Pollable =
-					o.state.String(), o.exitCode, o.reason, ended, true
+					o.state.String(), o.exitCode, rawText(o.reason), ended, true
 				st.writeLocked(rr) // rr is not shared yet
 			}
 			j.state, j.exitCode, j.reason, j.ended = o.state, o.exitCode, o.reason, rr.rec.Ended
@@ -581,7 +688,7 @@ func (st *store) restore(r *Registry) []adoption {
 		}
 	}
 	r.cg.clearExcept(keep)
-	return adopted
+	return adopted, nil
 }
 
 // rebuild makes a replayed job's final output from its output file: the

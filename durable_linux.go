@@ -1,7 +1,6 @@
 package bgjob
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -55,6 +54,34 @@ func durableCheck() error {
 	return nil
 }
 
+// lockStateDir takes the state directory's lock (flock on StateDir/lock,
+// held by an open file of the returned *os.File), or fails with ErrInUse.
+// The file holds the PID of the holder, for the error message.
+func lockStateDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err == unix.EWOULDBLOCK {
+		holder, _ := os.ReadFile(f.Name())
+		f.Close()
+		return nil, fmt.Errorf("held by the Registry of process %s: %w", strings.TrimSpace(string(holder)), ErrInUse)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	f.Truncate(0)
+	f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return f, nil
+}
+
 // wrapArgv returns argv run under the wrapper shell that writes its
 // status to the exit marker in the run folder dir.
 func wrapArgv(dir string, argv []string) []string {
@@ -97,33 +124,6 @@ func openOutputFile(o *outputPlan) (int, outputReader, error) {
 	return out, rd, nil
 }
 
-// procStart returns the start time of process pid (field 22 of
-// /proc/PID/stat, in clock ticks after boot) and whether it is a zombie.
-func procStart(pid int) (start uint64, zombie, ok bool) {
-	if pid <= 0 {
-		return 0, false, false
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, false, false
-	}
-	// The fields after the command name, which may hold ')': state is
-	// field 3, starttime field 22.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return 0, false, false
-	}
-	f := bytes.Fields(b[i+2:])
-	if len(f) < 20 {
-		return 0, false, false
-	}
-	st, err := strconv.ParseUint(string(f[19]), 10, 64)
-	if err != nil {
-		return 0, false, false
-	}
-	return st, f[0][0] == 'Z' || f[0][0] == 'X', true
-}
-
 // bootID names this boot of the machine, so a start time (counted from
 // boot) is never compared across boots.
 func bootID() string {
@@ -137,14 +137,22 @@ func bootID() string {
 func adoptProcess(rec *record, run string, exited func() bool, lim readLimits, cgs *cgroups) (*process, outputReader, error) {
 	pid, start := rec.PID, rec.StartTime
 	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
-	if err != nil {
+	if err == unix.ESRCH || err == unix.EINVAL {
 		return nil, nil, errGone
+	}
+	if err != nil {
+		// No descriptor to watch it with: it may well be alive.
+		return nil, nil, fmt.Errorf("pidfd_open: %w", err)
 	}
 	// Checked after the pidfd is open: the pidfd pins the process, so a
 	// match now cannot be a later process that reuses the PID.
-	st, zombie, ok := procStart(pid)
-	if !ok || st != start || zombie {
-		if ok && st == start {
+	st, zombie, err := procStart(pid)
+	if err != nil && err != errGone {
+		unix.Close(fd)
+		return nil, nil, err
+	}
+	if err == errGone || st != start || zombie {
+		if err == nil && st == start {
 			// The job's own zombie, if it is the host's child (a
 			// Registry of this process detached it): reap it.
 			var info unix.Siginfo
@@ -156,14 +164,14 @@ func adoptProcess(rec *record, run string, exited func() bool, lim readLimits, c
 	rd, err := newFileReader(filepath.Join(run, outputFile), exited, lim)
 	if err != nil {
 		unix.Close(fd)
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("output: %w", err)
 	}
 	p := &process{pid: pid}
 	p.pidfd, p.pidfdNum, p.polled, p.adopted, p.markerDir = os.NewFile(uintptr(fd), "pidfd"), fd, true, true, run
 	// Its tree: the cgroup it was spawned into, or its session and its
 	// marker (on processes started since its shell).
-	if _, err := os.Stat(filepath.Join(rec.Cgroup, "cgroup.procs")); rec.Cgroup != "" && err == nil {
-		p.cgroup, p.cgs = rec.Cgroup, cgs
+	if _, err := os.Stat(filepath.Join(string(rec.Cgroup), "cgroup.procs")); rec.Cgroup != "" && err == nil {
+		p.cgroup, p.cgs = string(rec.Cgroup), cgs
 	} else {
 		p.marker, p.since = rec.Marker, start
 	}

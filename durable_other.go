@@ -4,6 +4,7 @@ package bgjob
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 )
 
@@ -23,7 +24,7 @@ func prepareMarker(string) error { return ErrUnsupported }
 
 func openOutputFile(*outputPlan) (int, outputReader, error) { return -1, nil, ErrUnsupported }
 
-func procStart(int) (uint64, bool, bool) { return 0, false, false }
+func procStart(int) (uint64, bool, error) { return 0, false, errGone }
 
 func bootID() string { return "" }
 
@@ -32,5 +33,7 @@ func adoptProcess(*record, string, func() bool, readLimits, *cgroups) (*process,
 }
 
 func reserveSpare(string, int64) {}
+
+func lockStateDir(string) (*os.File, error) { return nil, ErrUnsupported }
 
 func stopMarked(*record) int { return 0 }

@@ -34,6 +34,12 @@ var (
 	// it. Returned by New.
 	ErrInvalidConfig = errors.New("bgjob: invalid config")
 
+	// ErrInUse: the state directory (Config.StateDir) is held by another
+	// Registry, in this process or another; it is let go when that
+	// Registry is closed or detached, or its process dies. Returned by
+	// New.
+	ErrInUse = errors.New("bgjob: state directory in use")
+
 	// ErrInvalidArgument: an argument other than a Spec is out of range,
 	// such as a negative offset; the message names it. Returned by Read.
 	ErrInvalidArgument = errors.New("bgjob: invalid argument")

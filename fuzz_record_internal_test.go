@@ -83,3 +83,22 @@ func recordsEqual(a, b *record) bool {
 	x.Started, x.Ended, y.Started, y.Ended = time.Time{}, time.Time{}, time.Time{}, time.Time{}
 	return reflect.DeepEqual(x, y)
 }
+
+// A record keeps every string byte for byte, valid UTF-8 or not.
+func TestRecordKeepsBytes(t *testing.T) {
+	for _, s := range []string{"", "plain", "caf\xe9", "client-\xff", "\x00nul", "\xed\xa0\x80 surrogate", "ok é ∑ 🙂", `{"base64":"x"}`} {
+		rec := record{Version: recordVersion, ID: "job_0123456789abcdef", Gen: 1, State: "exited",
+			Session: rawText(s), Command: rawText("printf '" + s + "'"), Dir: rawText("/tmp/" + s), Reason: rawText(s)}
+		b, err := json.Marshal(&rec)
+		if err != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+		back, err := decodeRecord(b)
+		if err != nil {
+			t.Fatalf("%q: %v\n%s", s, err, b)
+		}
+		if back.Session != rec.Session || back.Command != rec.Command || back.Dir != rec.Dir || back.Reason != rec.Reason {
+			t.Errorf("%q came back as %q %q %q %q", s, back.Session, back.Command, back.Dir, back.Reason)
+		}
+	}
+}

@@ -17,8 +17,10 @@ import (
 type journal interface {
 	// restore rebuilds r from the journal, in New, before r is shared:
 	// it fills r's table, queues and retention, and returns the running
-	// jobs it adopted, for New to watch.
-	restore(r *Registry) []adoption
+	// jobs it adopted, for New to watch. It fails, adopting nothing,
+	// if a job's process is alive but cannot be watched (no descriptor
+	// left, say): New must fail then, rather than lose the job.
+	restore(r *Registry) ([]adoption, error)
 
 	// launching records j as starting, before its process exists. An
 	// error fails the launch (Failed, with a "state: " reason) and
@@ -54,6 +56,11 @@ type journal interface {
 	// releasable reports whether Detach may release running jobs: only
 	// a journal that lets a later Registry adopt them allows it.
 	releasable() error
+
+	// close ends the journal once the registry has ended (Close or
+	// Detach, after every goroutine): durable mode lets go of its state
+	// directory. Records change no more afterwards.
+	close()
 }
 
 // openJournal returns the journal that c asks for, and the ID key to use
@@ -72,13 +79,14 @@ func openJournal(c *Config) (journal, []byte, error) {
 // memJournal is the journal of memory mode: nothing outlives the host.
 type memJournal struct{}
 
-func (memJournal) restore(*Registry) []adoption { return nil }
+func (memJournal) restore(*Registry) ([]adoption, error) { return nil, nil }
 func (memJournal) launching(*job) error         { return nil }
 func (memJournal) wrap(*job, *plan) error       { return nil }
 func (memJournal) started(*job, *process)       {}
 func (memJournal) delivered(*job)               {}
 func (memJournal) forgottenLocked(*job)         {}
 func (memJournal) purge()                       {}
+func (memJournal) close()                       {}
 
 func (memJournal) ending(*job) func(outcome, time.Time, bool) { return endNothing }
 
@@ -91,7 +99,8 @@ func (memJournal) releasable() error {
 // adoption is a running job that the journal found at New, to be watched
 // once the Registry exists.
 type adoption struct {
-	j  *job
-	p  *process
-	rd outputReader
+	j       *job
+	p       *process
+	rd      outputReader
+	lastOut time.Time // when the job last wrote output, as far as the journal knows
 }

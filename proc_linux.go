@@ -3,6 +3,7 @@ package bgjob
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -40,9 +41,13 @@ type procOS struct {
 	since  uint64
 	forks  uint64 // the system's count of created tasks when the shell started (0: unknown)
 	reaped bool   // the shell was reaped: its PID may be reused
-	// seen holds a pidfd of each member seen during the job's end, for
-	// reapOrphans; only kept when the host is a subreaper.
-	seen map[int]*os.File
+	// seen holds a pidfd of each member seen while the job ends, and
+	// sessions the sessions they were in: a process once seen stays in
+	// the tree until it exits, even if it can no longer be recognised
+	// (a dying process's environment cannot be read), and reapOrphans
+	// reaps it if it dies the host's child.
+	seen     map[int]*os.File
+	sessions map[int]bool
 }
 
 // containAttr is the containment step of the spawn: the shell gets a
@@ -181,7 +186,7 @@ func (p *process) wait() error {
 }
 
 // member is a live process of a job's tree.
-type member struct{ pid, pgrp int }
+type member struct{ pid, pgrp, session int }
 
 // members returns the live processes of the job's tree: those of its
 // cgroup, or without one, those of its session and those that carry its
@@ -193,7 +198,7 @@ func (p *process) members() []member {
 		ms := make([]member, 0, len(pids))
 		for _, pid := range pids {
 			if st, ok := readStat(strconv.Itoa(pid), buf[:]); ok && st.live() {
-				ms = append(ms, member{pid, st.pgrp})
+				ms = append(ms, member{pid, st.pgrp, st.session})
 			}
 		}
 		p.see(ms)
@@ -230,22 +235,21 @@ func (p *process) members() []member {
 		// started since the job and carries the job's marker.
 		if st.session == p.pid || (p.marker != "" && st.start >= p.since && hasMarker(name, p.marker)) {
 			pid, _ := strconv.Atoi(name)
-			ms = append(ms, member{pid, st.pgrp})
+			ms = append(ms, member{pid, st.pgrp, st.session})
 		}
 	}
 	p.see(ms)
 	return ms
 }
 
-// see keeps a pidfd of each member not seen before, if the host is a
-// subreaper: a member whose parent dies is re-parented to the host, and
-// reapOrphans reaps it through its pidfd once it has died, which pins it
-// so that no other process is ever taken for it.
+// see keeps a pidfd of each member not seen before. The pidfd pins the
+// process: no other process is ever taken for it.
 func (p *process) see(ms []member) {
-	if !subreaper.Load() || p.adopted {
-		return
-	}
 	for _, m := range ms {
+		if p.sessions == nil {
+			p.sessions = make(map[int]bool)
+		}
+		p.sessions[m.session] = true
 		if p.seen[m.pid] != nil {
 			continue
 		}
@@ -402,26 +406,54 @@ func (p *process) signal(kill bool) error {
 			first = err
 		}
 	}
+	// And each process seen before, through its pidfd, wherever it went.
+	for _, f := range p.seen {
+		if rc, err := f.SyscallConn(); err == nil {
+			rc.Control(func(fd uintptr) { unix.PidfdSendSignal(int(fd), sig, nil, 0) })
+		}
+	}
 	return first
 }
 
 // leftovers returns how many processes of the job's tree are still alive
 // after the shell was reaped.
-func (p *process) leftovers() int { return len(p.members()) }
+func (p *process) leftovers() int { return len(p.tree()) }
+
+// tree returns the PIDs of the live processes of the job's tree: its
+// members, and those seen before that have not exited.
+func (p *process) tree() []int {
+	ms := p.members()
+	pids := make([]int, 0, len(ms)+len(p.seen))
+	for _, m := range ms {
+		pids = append(pids, m.pid)
+	}
+	for pid, f := range p.seen {
+		if !slices.Contains(pids, pid) && !pidfdExited(f) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// pidfdExited reports whether the process of pidfd f has exited.
+func pidfdExited(f *os.File) bool {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return true
+	}
+	exited := true
+	rc.Control(func(fd uintptr) {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(pfd, 0)
+		exited = err != nil || n > 0
+	})
+	return exited
+}
 
 // awaitEmpty waits until the job's tree has no live process or the
 // deadline passes, and returns the number still alive. It waits on a
 // pidfd of each member, so it wakes when they die rather than polling.
-func (p *process) awaitEmpty(deadline time.Time) int {
-	return awaitGone(func() []int {
-		ms := p.members()
-		pids := make([]int, len(ms))
-		for i, m := range ms {
-			pids[i] = m.pid
-		}
-		return pids
-	}, deadline)
-}
+func (p *process) awaitEmpty(deadline time.Time) int { return awaitGone(p.tree, deadline) }
 
 // awaitGone waits until live returns no process or the deadline passes,
 // and returns how many live last returned. It waits on each process's
@@ -506,8 +538,18 @@ func (p *process) reapOrphans() {
 		f.Close()
 		delete(p.seen, pid)
 	}
+	// A zombie of the job that died after its parent, unseen: it still
+	// names its cgroup in /proc/PID/cgroup, and its session, which only
+	// the job's processes can be in, in /proc/PID/stat.
 	if p.cgroup != "" {
-		reapZombiesOf(p.cgroup)
+		if rel := cgroupPath(p.cgroup); rel != "" {
+			reapZombieChildren(func(pid string, _ int) bool {
+				cg, _ := os.ReadFile("/proc/" + pid + "/cgroup")
+				return bytes.Contains(cg, []byte("0::"+rel+"\n"))
+			})
+		}
+	} else {
+		reapZombieChildren(func(_ string, sid int) bool { return sid == p.pid || p.sessions[sid] })
 	}
 	for {
 		var ws unix.WaitStatus
@@ -526,3 +568,32 @@ func dupCloexec(fd int) (int, error) { return unix.FcntlInt(uintptr(fd), unix.F_
 
 // rawPipe makes a pipe whose ends close on exec.
 func rawPipe(p *[2]int) error { return unix.Pipe2(p[:], unix.O_CLOEXEC) }
+
+// procStart returns the start time of process pid (field 22 of
+// /proc/PID/stat, in clock ticks after boot) and whether it is a zombie.
+// It fails with errGone if there is no such process, and with the error
+// itself if it cannot tell (no descriptor left, say).
+func procStart(pid int) (start uint64, zombie bool, err error) {
+	if pid <= 0 {
+		return 0, false, errGone
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH) {
+		return 0, false, errGone
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	// The fields after the command name, which may hold ')': state is
+	// field 3, starttime field 22.
+	i := bytes.LastIndexByte(b, ')')
+	f := bytes.Fields(b[min(i+2, len(b)):])
+	if i < 0 || len(f) < 20 {
+		return 0, false, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	st, err := strconv.ParseUint(string(f[19]), 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return st, f[0][0] == 'Z' || f[0][0] == 'X', nil
+}

@@ -183,14 +183,26 @@ func New(cfg Config) (*Registry, error) {
 		jobs:   make(map[ID]*job),
 		queues: make(map[string][]queued),
 	}
-	adopted := jn.restore(r)
+	adopted, err := jn.restore(r)
+	if err != nil {
+		cg.close()
+		jn.close()
+		abort()
+		return nil, fmt.Errorf("bgjob: new: Config.StateDir: %w", err)
+	}
 	jn.purge()
 	for _, a := range adopted {
 		r.wg.Add(2) // the waiter and the supervisor
 		a.j.counted.Store(true)
 		waited := make(chan struct{})
 		go r.await(a.j, a.p, waited)
-		go r.newSupervisor(a.j, a.p, a.rd, waited, false).run()
+		sv := r.newSupervisor(a.j, a.p, a.rd, waited, false)
+		if a.lastOut.After(sv.lastOut) {
+			// The idle timeout counts from the job's last output, which
+			// may have come while no host watched it.
+			sv.lastOut = a.lastOut
+		}
+		go sv.run()
 	}
 	return r, nil
 }
@@ -393,6 +405,7 @@ func (r *Registry) Close(ctx context.Context) error {
 	}
 	r.abort()
 	r.cg.close()
+	r.jn.close()
 	return err
 }
 
@@ -424,6 +437,7 @@ func (r *Registry) Detach() error {
 	r.wg.Wait()
 	r.abort()
 	r.cg.close()
+	r.jn.close()
 	return nil
 }
 

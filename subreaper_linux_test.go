@@ -1,6 +1,7 @@
 package bgjob_test
 
 import (
+	"fmt"
 	"context"
 	"os"
 	"os/exec"
@@ -52,7 +53,13 @@ func TestSubreaper(t *testing.T) {
 			assertNoneMarked(t, token)
 		}
 		if z := zombieChildren(); len(z) > 0 {
-			t.Errorf("%s: zombie children of the host after escapers: %v; want none", mode.name, z)
+			var names []string
+			for pid := range z {
+				b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+				c, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+				names = append(names, string(b)[:40]+" cgroup "+string(c))
+			}
+			t.Errorf("%s: zombie children of the host after escapers: %v; want none", mode.name, names)
 		}
 	}
 }
