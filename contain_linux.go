@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/zeebo/blake3"
 	"golang.org/x/sys/unix"
@@ -206,9 +207,11 @@ func parseHostCgroup(name string) (pid int, start uint64, ok bool) {
 // how many processes it found alive.
 func killCgroupTree(dir string) int {
 	n := len(cgroupMembers(dir))
-	if n > 0 {
+	if n > 0 || populated(filepath.Join(dir, "cgroup.events")) {
 		cgroupKill(dir)
-		awaitGone(func() []int { return cgroupMembers(dir) }, deadlineIn(killWait))
+		deadline := deadlineIn(killWait)
+		awaitGone(func() []int { return cgroupMembers(dir) }, deadline)
+		awaitUnpopulated(dir, deadline)
 	}
 	removeCgroupTree(dir)
 	return n
@@ -316,6 +319,7 @@ func (c *cgroups) close() {
 	c.mu.Unlock()
 	for _, d := range append(dead, spare) {
 		if d != "" {
+			awaitUnpopulated(d, deadlineIn(killWait))
 			if err := unix.Rmdir(d); err != nil && err != unix.ENOENT {
 				c.log.Warn("bgjob: remove job cgroup", "folder", d, "err", err)
 			}
@@ -480,4 +484,44 @@ func cgroupPath(dir string) string {
 		best, path = len(mnt), filepath.Join(root, rel)
 	}
 	return path
+}
+
+// awaitUnpopulated waits until the cgroup dir and its descendants hold no
+// task, as its cgroup.events says, or the deadline passes; it reports
+// whether they are empty. Its processes may all be gone from cgroup.procs
+// while one is still exiting (a process whose main thread exited before
+// its other threads), so a cgroup is only empty when it says so. It wakes
+// on inotify's event for cgroup.events, not by polling.
+func awaitUnpopulated(dir string, deadline time.Time) bool {
+	events := filepath.Join(dir, "cgroup.events")
+	if !populated(events) {
+		return true
+	}
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		return false
+	}
+	in := os.NewFile(uintptr(fd), "inotify")
+	defer in.Close()
+	if _, err := unix.InotifyAddWatch(fd, events, unix.IN_MODIFY); err != nil {
+		return !populated(events)
+	}
+	in.SetReadDeadline(deadline)
+	buf := make([]byte, 1024)
+	for populated(events) {
+		if _, err := in.Read(buf); err != nil {
+			return !populated(events)
+		}
+	}
+	return true
+}
+
+// populated reports whether the cgroup.events file events says
+// "populated 1" (or cannot be read, which also means: do not remove).
+func populated(events string) bool {
+	b, err := os.ReadFile(events)
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist)
+	}
+	return bytes.Contains(b, []byte("populated 1"))
 }

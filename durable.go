@@ -174,7 +174,7 @@ func openStore(c *Config) (*store, []byte, error) {
 	ok := false
 	defer func() {
 		if !ok {
-			lock.Close()
+			unlockStateDir(lock)
 		}
 	}()
 	key := c.IDKey
@@ -207,7 +207,7 @@ func (st *store) relock() (unlock func(), ok bool) {
 		st.log.Warn("bgjob: record not written after Close", "err", err)
 		return nil, false
 	}
-	return func() { l.Close() }, true
+	return func() { unlockStateDir(l) }, true
 }
 
 // close lets go of the state directory, once the registry has ended: the
@@ -218,7 +218,7 @@ func (st *store) close() {
 	st.lock = nil
 	st.mu.Unlock()
 	if lock != nil {
-		lock.Close()
+		unlockStateDir(lock)
 	}
 }
 

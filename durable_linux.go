@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -80,6 +81,16 @@ func lockStateDir(dir string) (*os.File, error) {
 	f.Truncate(0)
 	f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	return f, nil
+}
+
+// unlockStateDir lets go of the lock. A child being spawned holds a copy
+// of every descriptor until it execs, and with it the lock: the file is
+// closed while no spawn is under way (ForkLock; Go's spawns on Linux
+// return once the child has exec'd), so that no copy outlives it.
+func unlockStateDir(f *os.File) {
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
+	f.Close()
 }
 
 // wrapArgv returns argv run under the wrapper shell that writes its

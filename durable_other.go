@@ -36,4 +36,6 @@ func reserveSpare(string, int64) {}
 
 func lockStateDir(string) (*os.File, error) { return nil, ErrUnsupported }
 
+func unlockStateDir(f *os.File) { f.Close() }
+
 func stopMarked(*record) int { return 0 }

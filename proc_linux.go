@@ -453,7 +453,13 @@ func pidfdExited(f *os.File) bool {
 // awaitEmpty waits until the job's tree has no live process or the
 // deadline passes, and returns the number still alive. It waits on a
 // pidfd of each member, so it wakes when they die rather than polling.
-func (p *process) awaitEmpty(deadline time.Time) int { return awaitGone(p.tree, deadline) }
+func (p *process) awaitEmpty(deadline time.Time) int {
+	n := awaitGone(p.tree, deadline)
+	if n == 0 && p.cgroup != "" && !awaitUnpopulated(p.cgroup, deadline) {
+		return 1 // a process still exiting
+	}
+	return n
+}
 
 // awaitGone waits until live returns no process or the deadline passes,
 // and returns how many live last returned. It waits on each process's
