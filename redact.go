@@ -108,6 +108,12 @@ func (r Redactor) Admit(_ context.Context, req AdmitRequest) (Admitted, error) {
 // Redact returns text with its secrets masked, and how many it masked.
 // If it masked none, it returns text itself.
 func (r Redactor) Redact(text string) (string, int) {
+	return r.redact(text, 0)
+}
+
+// redact is Redact; depth is 1 for text decoded from a base64 value,
+// which is not searched for base64 in turn.
+func (r Redactor) redact(text string, depth int) (string, int) {
 	if text == "" {
 		return text, 0
 	}
@@ -115,7 +121,12 @@ func (r Redactor) Redact(text string) (string, int) {
 	for i := range tokenRules {
 		es = tokenRules[i].scan(text, es)
 	}
-	es = scanAssignments(text, es)
+	es = scanTokens(text, es)
+	es = scanURLs(text, es)
+	es = scanAssignments(text, depth, es)
+	es = scanWordKeys(text, es)
+	es = scanXML(text, es)
+	es = scanQuotedPairs(text, es)
 	es = scanPEM(text, es)
 	for _, re := range r.Extra {
 		if re != nil {
@@ -285,25 +296,6 @@ type tokenRule struct {
 
 var tokenRules = []tokenRule{
 	{
-		triggers: []string{"AKIA", "ASIA"},
-		re:       regexp.MustCompile(`(?:AKIA|ASIA)[A-Z0-9]{16}`),
-		marker:   markAWSKey,
-		// Not part of a longer run of upper-case letters and digits.
-		ok: func(line string, start, end int) bool {
-			return (start == 0 || !isUpperAlnum(line[start-1])) && (end == len(line) || !isUpperAlnum(line[end]))
-		},
-	},
-	{
-		find:   findGitHub,
-		re:     regexp.MustCompile(`gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}`),
-		marker: markGitHub,
-	},
-	{
-		triggers: []string{"xox"},
-		re:       regexp.MustCompile(`xox[abprs]-[A-Za-z0-9-]{10,}`),
-		marker:   markSlack,
-	},
-	{
 		// The spellings of the triggers and no others: a case-blind
 		// regexp found "BeArer x1..." only on a second pass, on a line
 		// that the marker's own "bearer" had let it scan (FuzzRedactor).
@@ -315,11 +307,6 @@ var tokenRules = []tokenRule{
 		ok: func(line string, start, end int) bool {
 			return end-start >= 8 && strings.ContainsAny(line[start:end], "0123456789")
 		},
-	},
-	{
-		triggers: []string{"@"},
-		re:       regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@\[\]]*:([^/\s@]+)@`),
-		marker:   markPassword,
 	},
 }
 
@@ -365,186 +352,6 @@ func (r *tokenRule) scan(text string, es []edit) []edit {
 		}
 	}
 	return es
-}
-
-// findGitHub returns the index of the first GitHub token prefix (ghp_,
-// gho_, ghu_, ghs_, ghr_, github_pat_) in s, or -1. It looks at each
-// '_', which is rarer in output than the 'g' that five strings.Index
-// scans would stop at.
-func findGitHub(s string) int {
-	for off := 0; ; {
-		i := strings.IndexByte(s[off:], '_')
-		if i < 0 {
-			return -1
-		}
-		i += off
-		if i >= 3 && s[i-3] == 'g' && s[i-2] == 'h' && strings.IndexByte("pousr", s[i-1]) >= 0 {
-			return i - 3
-		}
-		if i >= 6 && s[i-6:i] == "github" && strings.HasPrefix(s[i:], "_pat_") {
-			return i - 6
-		}
-		off = i + 1
-	}
-}
-
-// assignKeys are the endings of keys whose values are secrets, in lower
-// case, with the marker for their value. "" marks the Authorization
-// header, whose value may start with a scheme.
-var assignKeys = []struct{ suffix, marker string }{
-	{"password", markPassword},
-	{"passwd", markPassword},
-	{"token", markToken},
-	{"secret", markSecret},
-	{"api_key", markSecret},
-	{"api-key", markSecret},
-	{"apikey", markSecret},
-	{"secret_access_key", markAWSSecret},
-	{"secretaccesskey", markAWSSecret},
-	{"authorization", ""},
-}
-
-// scanAssignments appends the edits for the values of secret-bearing
-// keys. It visits every '=' and ':' of text (found with IndexByte, so a
-// text without them costs nothing) and looks back at the key before it;
-// a regexp would have to try every position of the text instead.
-func scanAssignments(text string, es []edit) []edit {
-	eq, colon := strings.IndexByte(text, '='), strings.IndexByte(text, ':')
-	skip := 0 // the end of the last value: separators inside it are part of it
-	for eq >= 0 || colon >= 0 {
-		var i int
-		if colon < 0 || (eq >= 0 && eq < colon) {
-			i, eq = eq, nextByte(text, eq, '=')
-		} else {
-			i, colon = colon, nextByte(text, colon, ':')
-		}
-		if i >= skip {
-			es, skip = assignmentAt(text, i, es)
-		}
-	}
-	return es
-}
-
-func nextByte(text string, i int, c byte) int {
-	if j := strings.IndexByte(text[i+1:], c); j >= 0 {
-		return i + 1 + j
-	}
-	return -1
-}
-
-// assignmentAt appends the edit for the value assigned by the separator
-// at text[i], if its key bears a secret, and returns the end of the
-// value it read (so that "token=token=token=..." is read once, not once
-// per '=').
-func assignmentAt(text string, i int, es []edit) ([]edit, int) {
-	// The key first: it rejects most separators.
-	k := i
-	for k > 0 && isBlank(text[k-1]) {
-		k--
-	}
-	if k > 0 && isQuote(text[k-1]) {
-		k--
-	}
-	marker, ok := keyMarker(text[max(0, k-len("secret_access_key")):k])
-	if !ok {
-		return es, i
-	}
-	j := i + 1 // where the value may start
-	var next byte
-	if j < len(text) {
-		next = text[j]
-	}
-	switch text[i] {
-	case '=':
-		// A comparison (==, !=, <=, >=), not an assignment.
-		if next == '=' || (i > 0 && strings.IndexByte("=!<>", text[i-1]) >= 0) {
-			return es, i
-		}
-		if next == '>' { // key => value
-			j++
-		}
-	case ':':
-		// A path (Token::new), not an assignment.
-		if next == ':' || (i > 0 && text[i-1] == ':') {
-			return es, i
-		}
-		if next == '=' { // key := value
-			j++
-		}
-	}
-	// The user of scheme://user:password@host: the URL rule masks the
-	// password, and the value here would run on over the host.
-	for k > 0 && isKeyChar(text[k-1]) {
-		k--
-	}
-	if strings.HasSuffix(text[:k], "://") {
-		return es, i
-	}
-	for j < len(text) && isBlank(text[j]) {
-		j++
-	}
-	var q byte
-	if j < len(text) && isQuote(text[j]) {
-		q = text[j]
-		j++
-	}
-	if marker != "" {
-		e := valueEnd(text, j, q, false)
-		return addEdit(es, text, j, e, marker, true), e
-	}
-	// Authorization: a scheme word and the credentials, or the
-	// credentials alone.
-	e := valueEnd(text, j, q, true)
-	if w := text[j:e]; isAlpha(w) {
-		c := e
-		for c < len(text) && isBlank(text[c]) {
-			c++
-		}
-		if d := valueEnd(text, c, q, false); c > e && d > c {
-			marker = markAuthorization
-			if strings.EqualFold(w, "bearer") {
-				marker = markBearer
-			}
-			return addEdit(es, text, c, d, marker, true), d
-		}
-	}
-	return addEdit(es, text, j, e, markAuthorization, true), e
-}
-
-// keyMarker reports whether the text before a separator ends with a
-// secret-bearing key, and the marker for its value.
-func keyMarker(before string) (string, bool) {
-	// Most separators follow other keys (times, paths, key=value logs):
-	// the last letter of every secret-bearing key rejects them cheaply.
-	if before == "" || strings.IndexByte("dntyDNTY", before[len(before)-1]) < 0 {
-		return "", false
-	}
-	for _, k := range assignKeys {
-		if n := len(before) - len(k.suffix); n >= 0 && strings.EqualFold(before[n:], k.suffix) {
-			return k.marker, true
-		}
-	}
-	return "", false
-}
-
-// valueEnd returns the end of the value that starts at text[j]: the
-// closing quote q (or the end of the line) when it was quoted, else the
-// next blank or quote. With word set, a blank ends a quoted value too.
-func valueEnd(text string, j int, q byte, word bool) int {
-	for ; j < len(text); j++ {
-		c := text[j]
-		switch {
-		case c == '\n' || c == '\r':
-			return j
-		case q != 0:
-			if c == q || (word && isBlank(c)) {
-				return j
-			}
-		case isSpace(c) || isQuote(c):
-			return j
-		}
-	}
-	return j
 }
 
 // pemLabel is what every PEM private key's BEGIN and END lines hold,

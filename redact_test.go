@@ -3,6 +3,7 @@ package bgjob_test
 import (
 	"context"
 	"fmt"
+	"hash/crc32"
 	"math/rand/v2"
 	"regexp"
 	"runtime"
@@ -28,10 +29,10 @@ var (
 	fakeAWSKey    = "AKIA" + "IOSFODNN7EXAMPLE"
 	fakeAWSTemp   = "ASIA" + "Y34FZKBOKMUTVV7A"
 	fakeAWSSecret = "wJalrXUtnFEMI/K7MDENG/" + "bPxRfiCYEXAMPLEKEY"
-	fakeGHP       = "ghp" + "_" + strings.Repeat("A1b2C3", 6)
-	fakeGHS       = "ghs" + "_" + strings.Repeat("z9Y8x7", 6)
+	fakeGHP       = fakeGitHub("ghp", "k3J9xQ2mZ7vB1nR5tW8yL4pD6sF0hG")
+	fakeGHS       = fakeGitHub("ghs", "Pq8Wz3Lr6Tn1Vb4Xc7Hm2Jd5Kf9Gs0")
 	fakeGHPAT     = "github" + "_pat_" + "11ABCDEFG0" + strings.Repeat("aB3_", 18)
-	fakeSlack     = "xox" + "b-123456789012-1234567890123-" + "AbCdEfGhIjKlMnOpQrStUvWx"
+	fakeSlack     = "xox" + "b-730184526193-4820596317042-" + "Qm7TzR2vXk9LpW4sNc8YhB3d"
 	fakeJWT       = "eyJhbGciOiJIUzI1NiJ9" + ".eyJzdWIiOiIxMjM0In0.dBjftJeZ4CVPmB92K27uhbUJU1p1r_wW1gFWFOEjXk"
 	pemBody       = []string{
 		"MIIEpAIBAAKCAQEA3Tz2mr7SZiAMfQyuvBjM9Oi4b2Lh5yZ8Ch4p6bnYxKqZ0vWl",
@@ -39,6 +40,19 @@ var (
 		"p2Jc8lQ==",
 	}
 )
+
+// fakeGitHub returns a token of GitHub's shape: the prefix, 30 random
+// characters and their CRC32 in base62, which the Redactor checks.
+func fakeGitHub(prefix, random30 string) string {
+	const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	c := crc32.ChecksumIEEE([]byte(random30))
+	sum := make([]byte, 6)
+	for i := 5; i >= 0; i-- {
+		sum[i] = base62[c%62]
+		c /= 62
+	}
+	return prefix + "_" + random30 + string(sum)
+}
 
 func pemBlock(kind string) []string {
 	lines := []string{"-----BEGIN " + kind + "PRIVATE KEY-----"}
@@ -83,7 +97,7 @@ func TestRedactorKinds(t *testing.T) {
 		{"github-prefixes", "gho_" + fakeGHP[4:] + " ghu_" + fakeGHP[4:] + " ghr_" + fakeGHP[4:], gh + " " + gh + " " + gh, 3},
 		{"github-pat", "GH=" + fakeGHPAT, "GH=" + gh, 1},
 		{"slack", "slack " + fakeSlack + ".", "slack " + sl + ".", 1},
-		{"slack-user", "xoxp-1234567890-abcdef", sl, 1},
+		{"slack-user", "xox" + "p-4917263058-7f3a9c2e1b", sl, 1},
 		{"authorization-bearer", "Authorization: Bearer " + fakeJWT, "Authorization: Bearer " + br, 1},
 		{"authorization-bearer-lower", "authorization: bearer abcdefgh", "authorization: bearer " + br, 1},
 		{"authorization-bearer-mixed-case", "AUTHORIZATION: BeArEr abcdefgh", "AUTHORIZATION: BeArEr " + br, 1},
@@ -104,7 +118,7 @@ func TestRedactorKinds(t *testing.T) {
 		{"passwd", "passwd=hunter2", "passwd=" + pw, 1},
 		{"secret", "secret=abc123", "secret=" + sec, 1},
 		{"client-secret-yaml", "  client_secret: abc123", "  client_secret: " + sec, 1},
-		{"api-key", "curl https://api.example.com/?api_key=abc123&x=1", "curl https://api.example.com/?api_key=" + sec, 1},
+		{"api-key", "curl https://api.example.com/?api_key=abc123&x=1", "curl https://api.example.com/?api_key=" + sec + "&x=1", 1},
 		{"token", "token=abc123", "token=" + tok, 1},
 		{"access-token-json", `"access_token":"abc.def.ghi"`, `"access_token":"` + tok + `"`, 1},
 		{"header-token", "X-Auth-Token: 5f2b9c", "X-Auth-Token: " + tok, 1},
