@@ -6,7 +6,7 @@ import "strings"
 // '=' or ':': command-line flags (--password X, -p X of sshpass),
 // names with '_' or '-' (secret_access_key X, add-authtoken X), the
 // first word of a line (a table's "password    s3cr3t", .netrc's
-// "password X", Gradle's storePassword "X"), "config set KEY X", XML
+// "password X", Gradle's storePassword "X"), XML
 // elements (<password>X</password>) and quoted pairs
 // (setProperty("X_TOKEN", "X")).
 
@@ -41,7 +41,8 @@ func scanWordKeys(text string, es []edit) []edit {
 			}
 			i += pos
 			pos = i + 1
-			if i < done {
+			// Dates, versions and identifiers: 2024-01-02, x_1.
+			if i < done || i+1 < len(text) && isDigit(text[i+1]) {
 				continue
 			}
 			// The word holding it.
@@ -60,47 +61,44 @@ func scanWordKeys(text string, es []edit) []edit {
 			es = wordKeyAt(text, s, e, es)
 		}
 	}
-	// First words of lines, and "set KEY VALUE".
+	// First words of lines.
 	for ls := 0; ls < len(text); {
 		le := textLineEnd(text, ls)
-		s := ls
-		for s < le && (isBlank(text[s]) || text[s] == '-' && s+1 < le && text[s+1] == ' ') {
-			s++
-		}
-		e := s
-		for e < le && isKeyByte(text[e]) {
-			e++
-		}
-		if e > s && e-s <= 40 && strings.IndexByte("dehlnstyDEHLNSTY", text[e-1]) >= 0 {
-			es = firstWordAt(text, s, e, le, es)
-		}
+		es = firstWord(text, ls, le, es)
 		ls = le + 1
 	}
-	for pos := 0; ; {
-		i := strings.Index(text[pos:], " set ")
-		if i < 0 {
-			break
-		}
-		i += pos + len(" set ")
-		pos = i
-		e := i
-		for e < len(text) && isFlagByte(text[e]) {
-			e++
-		}
-		if e > i && e < len(text) && isBlank(text[e]) {
-			if c, m := keyOf(text[i:e], false); c == keyStrong || c == keyWeak {
-				es, _ = blankValue(text, e, c, m, es)
-			}
-		}
+	return es
+}
+
+// firstWord looks at the first word of the line text[ls:le].
+func firstWord(text string, ls, le int, es []edit) []edit {
+	s := ls
+	for s < le && (isBlank(text[s]) || text[s] == '-' && s+1 < le && text[s+1] == ' ') {
+		s++
+	}
+	if s >= le || !isAlpha(text[s:s+1]) && text[s] != '_' {
+		return es // a time stamp, a number, a symbol: no key
+	}
+	e := s
+	for e < le && isKeyByte(text[e]) {
+		e++
+	}
+	if e-s <= 40 && len(endingsByLast[text[e-1]|0x20]) > 0 {
+		es = firstWordAt(text, s, e, le, es)
 	}
 	return es
 }
 
 // isFlagByte: the bytes of a flag or a key written before a blank
 // (--password, secret_access_key, //registry.npmjs.org/:_authToken).
-func isFlagByte(c byte) bool {
-	return isAlnum(c) || c == '_' || c == '-' || c == '.' || c == ':' || c == '/'
-}
+func isFlagByte(c byte) bool { return flagByteTable[c] }
+
+var flagByteTable = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = isKeyByte(byte(c)) || c == ':' || c == '/'
+	}
+	return t
+}()
 
 // wordKeyAt looks at the word text[s:e], which holds a '-' or '_': a
 // flag (-p, --password, -storepass), or a key (secret_access_key,

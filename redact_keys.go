@@ -77,13 +77,55 @@ var notSecretKeys = []string{
 	"oldpwd", "sessionsig", "nextkey", "objectkey", "bucketkey", "groupkey",
 }
 
-// keyOf classifies the key that ends at text[end] (exclusive) and
-// starts at start: what its value is, and the marker for it. In a
-// query string (after '?' or '&'), "key" alone counts too.
+// endingsByLast indexes keyEndings and notSecretKeys by their last
+// letter, so that most keys are rejected by one lookup.
+var endingsByLast, notSecretByLast = func() (e, n [256][]int) {
+	for i, k := range keyEndings {
+		c := k.suffix[len(k.suffix)-1]
+		e[c] = append(e[c], i)
+	}
+	for i, k := range notSecretKeys {
+		c := k[len(k)-1]
+		n[c] = append(n[c], i)
+	}
+	return e, n
+}()
+
+// keyOf classifies a key by its ending: what its value is, and the
+// marker for it. In a query string (after '?' or '&'), "key" alone
+// counts too.
 func keyOf(key string, query bool) (keyClass, string) {
+	i := len(key) - 1
+	for i >= 0 && !isAlnum(key[i]) {
+		i--
+	}
+	if i < 0 {
+		return keyNone, ""
+	}
+	last := key[i]
+	if 'A' <= last && last <= 'Z' {
+		last |= 0x20
+	}
+	bucket := endingsByLast[last]
+	if len(bucket) == 0 {
+		return keyNone, ""
+	}
+	// Most keys share no more than their last letter with an ending:
+	// compare the second-to-last letter before building anything.
+	j := i - 1
+	for j >= 0 && !isAlnum(key[j]) {
+		j--
+	}
+	if j < 0 {
+		return keyNone, ""
+	}
+	if c := key[j] | 0x20; !secondLast[last][c] {
+		return keyNone, ""
+	}
+	// The key's letters and digits in lower case, from its end.
 	var buf [40]byte
 	n := 0
-	for i := len(key) - 1; i >= 0 && n < len(buf); i-- {
+	for ; i >= 0 && n < len(buf); i-- {
 		c := key[i]
 		switch {
 		case 'A' <= c && c <= 'Z':
@@ -94,32 +136,40 @@ func keyOf(key string, query bool) (keyClass, string) {
 			n++
 		}
 	}
-	norm := string(buf[len(buf)-n:])
-	if norm == "" {
-		return keyNone, ""
-	}
-	switch norm[len(norm)-1] {
-	case 'd', 'e', 's', 't', 'n', 'y', 'l', 'h', 'g':
-	default:
-		return keyNone, ""
-	}
-	for _, k := range keyEndings {
-		if !strings.HasSuffix(norm, k.suffix) {
+	norm := buf[len(buf)-n:]
+	for _, ki := range bucket {
+		k := &keyEndings[ki]
+		if !hasSuffix(norm, k.suffix) {
 			continue
 		}
-		for _, no := range notSecretKeys {
-			if strings.HasSuffix(norm, no) {
+		for _, ni := range notSecretByLast[last] {
+			if hasSuffix(norm, notSecretKeys[ni]) {
 				return keyNone, ""
 			}
 		}
 		// PWD and OLDPWD are directories, PASS a test's verdict; a bare
 		// "key" is too common a name but in a query string (?key=).
-		if norm == "pwd" || norm == "pass" || norm == "key" && !query {
+		if w := string(norm); w == "pwd" || w == "pass" || w == "key" && !query {
 			return keyNone, ""
 		}
 		return k.class, k.marker
 	}
 	return keyNone, ""
+}
+
+// secondLast[l][c] reports whether an ending ends in c, l.
+var secondLast = func() (t [256][256]bool) {
+	for _, k := range keyEndings {
+		n := len(k.suffix)
+		if n >= 2 {
+			t[k.suffix[n-1]][k.suffix[n-2]] = true
+		}
+	}
+	return t
+}()
+
+func hasSuffix(b []byte, s string) bool {
+	return len(b) >= len(s) && string(b[len(b)-len(s):]) == s
 }
 
 // scanAssignments appends the edits for the values of secret-bearing
@@ -199,6 +249,12 @@ func assignmentAt(text string, i, depth int, es []edit) ([]edit, int) {
 	if k == 0 || !isKeyByte(text[k-1]) {
 		return es, i
 	}
+	// Most separators follow keys that end in no secret-bearing word
+	// (times, line numbers, key=value logs) and precede no base64: two
+	// byte lookups reject them before the key is read.
+	if last := text[k-1] | 0x20; len(endingsByLast[last]) == 0 && !maybeBase64(text, i, j, depth) {
+		return es, i
+	}
 	ke := k
 	ks := keyStart(text, ke)
 	key := text[ks:ke]
@@ -245,7 +301,7 @@ func assignmentAt(text string, i, depth int, es []edit) ([]edit, int) {
 	if class == keyNone {
 		// A value that is base64 may hide a secret (Kubernetes data,
 		// docker's auths).
-		if depth == 0 {
+		if maybeBase64(text, i, i+1, depth) {
 			if es2, masked := base64Value(text, j, es); masked {
 				return es2, j
 			}
@@ -362,9 +418,14 @@ func keyStart(text string, end int) int {
 	return s
 }
 
-func isKeyByte(c byte) bool {
-	return isAlnum(c) || c == '_' || c == '-' || c == '.'
-}
+func isKeyByte(c byte) bool { return keyByteTable[c] }
+
+var keyByteTable = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = isAlnum(byte(c)) || c == '_' || c == '-' || c == '.'
+	}
+	return t
+}()
 
 // typeName reports whether w is a type that code writes between a
 // variable and its value.
@@ -628,6 +689,20 @@ func camelWords(v string) bool {
 	return true
 }
 
+// maybeBase64 reports whether the value after the separator at text[i]
+// (from text[j]) may be base64 worth decoding: written as a YAML or
+// JSON value (": v", ": \"v\"", "=\"v\"") and 16 bytes long at least.
+func maybeBase64(text string, i, j, depth int) bool {
+	if depth > 0 || j+16 > len(text) {
+		return false
+	}
+	c := text[j]
+	if text[i] == ':' {
+		return isBlank(c) || isQuote(c)
+	}
+	return isQuote(c)
+}
+
 // base64Value masks the value at text[j] if it is base64 whose decoded
 // text holds a secret (a Kubernetes Secret's data, a .dockerconfigjson,
 // a kubeconfig's client-key-data). It returns the value's end.
@@ -638,10 +713,15 @@ func base64Value(text string, j int, es []edit) ([]edit, bool) {
 		j++
 	}
 	e := j
-	for e < len(text) && (isAlnum(text[e]) || text[e] == '+' || text[e] == '/' || text[e] == '=' || text[e] == '-' || text[e] == '_') {
+	upper, lower := false, false
+	for e < len(text) && b64Table[text[e]] {
+		upper = upper || 'A' <= text[e] && text[e] <= 'Z'
+		lower = lower || 'a' <= text[e] && text[e] <= 'z'
 		e++
 	}
-	if e-j < 16 || (e < len(text) && !isSpace(text[e]) && text[e] != q && text[e] != ',' && text[e] != ';' && text[e] != '\\') {
+	// Base64 of text has both cases and whole quanta; hashes in hex
+	// and most words do not.
+	if e-j < 16 || !upper || !lower || (e-j)%4 != 0 || (e < len(text) && !isSpace(text[e]) && text[e] != q && text[e] != ',' && text[e] != ';' && text[e] != '\\') {
 		return es, false
 	}
 	dec := decodeBase64(text[j:e])
@@ -653,6 +733,13 @@ func base64Value(text string, j int, es []edit) ([]edit, bool) {
 	}
 	return es, false
 }
+
+var b64Table = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = isAlnum(byte(c)) || strings.IndexByte("+/=-_", byte(c)) >= 0
+	}
+	return t
+}()
 
 // decodeBase64 returns the text that s encodes, or "" if s is not base64
 // of printable text.

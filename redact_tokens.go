@@ -21,9 +21,17 @@ import (
 // its word starts.
 
 const (
-	minRun   = 16 // the probe's stride: no token is shorter
-	minToken = 20
+	minRun     = 16 // the probe's stride: no token is shorter
+	minToken   = 20
+	minStretch = 17 // letters, digits, '_' and '-' in a row
 )
+
+var wordTable = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = isAlnum(byte(c)) || c == '_' || c == '-'
+	}
+	return t
+}()
 
 // tokenChars are the bytes a run may hold: those of every vendor's
 // alphabet, plus the separators that some use inside a token.
@@ -219,23 +227,50 @@ var byFirst = func() (t [256][]*family) {
 func scanTokens(text string, es []edit) []edit {
 	n := len(text)
 	for p := minRun - 1; p < n; p += minRun {
-		if !tokenChars[text[p]] {
+		if !wordTable[text[p]] {
 			continue
 		}
+		// The stretch of word bytes around the probe: every token has
+		// one of minStretch at least, longer than the stride, so one
+		// probe lands in it; shorter words are passed over.
 		a, b := p, p+1
+		for a > 0 && wordTable[text[a-1]] {
+			a--
+		}
+		for b < n && wordTable[text[b]] {
+			b++
+		}
+		if b-a >= minStretch {
+			// The whole run, separators (. / = + ~) included.
+			for a > 0 && tokenChars[text[a-1]] {
+				a--
+			}
+			for b < n && tokenChars[text[b]] {
+				b++
+			}
+			es = scanRun(text, a, b, es)
+		}
+		if b > p {
+			p += (b - p) / minRun * minRun
+		}
+	}
+	// Azure's client secrets hold '~' and '.', which may cut them into
+	// stretches shorter than minStretch.
+	for pos := 0; ; {
+		i := strings.Index(text[pos:], "Q~")
+		if i < 0 {
+			break
+		}
+		i += pos
+		a, b := i, i+2
 		for a > 0 && tokenChars[text[a-1]] {
 			a--
 		}
 		for b < n && tokenChars[text[b]] {
 			b++
 		}
-		if b-a >= minToken || (a > 0 && text[a-1] == ':') {
-			es = scanRun(text, a, b, es)
-		}
-		// The next probe past the run.
-		if b > p {
-			p += (b - p) / minRun * minRun
-		}
+		es = azureSecrets(text, a, b, es)
+		pos = b
 	}
 	return es
 }
@@ -247,11 +282,19 @@ func scanRun(text string, a, b int, es []edit) []edit {
 	if a > 0 && text[a-1] == ':' {
 		es = telegramAt(text, a, b, es)
 	}
+	atlas := false
 	for i := a; i < b; i++ {
-		if i > a && strings.IndexByte("=/.~+", text[i-1]) < 0 {
+		c := text[i]
+		if i > a {
+			p := text[i-1]
+			atlas = atlas || p == '.' && c == 'a'
+			if !startsAfter[p] {
+				continue
+			}
+		}
+		if len(byFirst[c]) == 0 && c != 'e' {
 			continue
 		}
-		c := text[i]
 		if c == 'e' && strings.HasPrefix(text[i:b], "eyJ") {
 			if e := jwtEnd(text, i, b); e > 0 {
 				es = addEdit(es, text, i, e, markJWT, true)
@@ -259,7 +302,14 @@ func scanRun(text string, a, b int, es []edit) []edit {
 				continue
 			}
 		}
+		var c1 byte
+		if i+1 < b {
+			c1 = text[i+1]
+		}
 		for _, f := range byFirst[c] {
+			if f.prefix[1] != c1 {
+				continue
+			}
 			if e, ok := f.match(text, i, b); ok {
 				s := i
 				if f.marker == markSlackWebhook { // the whole URL
@@ -276,14 +326,21 @@ func scanRun(text string, a, b int, es []edit) []edit {
 			}
 		}
 	}
-	if strings.Contains(text[a:b], "Q~") {
-		es = azureSecrets(text, a, b, es)
-	}
-	if i := strings.Index(text[a:b], ".atlasv1."); i >= 0 {
-		es = terraformAt(text, a, a+i, b, es)
+	if atlas {
+		if i := strings.Index(text[a:b], ".atlasv1."); i >= 0 {
+			es = terraformAt(text, a, a+i, b, es)
+		}
 	}
 	return es
 }
+
+// startsAfter are the bytes after which a token may start inside a run.
+var startsAfter = func() (t [256]bool) {
+	for _, c := range []byte("=/.~+") {
+		t[c] = true
+	}
+	return t
+}()
 
 // match reports the end of f's token starting at text[i], within the run
 // ending at b.
@@ -484,8 +541,14 @@ func telegramAt(text string, a, b int, es []edit) []edit {
 	return es
 }
 
-func isAlnum(c byte) bool {
-	return 'a' <= c|0x20 && c|0x20 <= 'z' || '0' <= c && c <= '9'
-}
+func isAlnum(c byte) bool { return alnumTable[c] }
+
+var alnumTable = func() (t [256]bool) {
+	for c := range 256 {
+		b := byte(c)
+		t[c] = 'a' <= b|0x20 && b|0x20 <= 'z' || '0' <= b && b <= '9'
+	}
+	return t
+}()
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
