@@ -58,7 +58,16 @@ func scanWordKeys(text string, es []edit) []edit {
 			if s > 0 && !isBlank(text[s-1]) && !isQuote(text[s-1]) && text[s-1] != '\n' {
 				continue
 			}
-			es = wordKeyAt(text, s, e, es)
+			n := len(es)
+			var end int
+			es, end = wordKeyAt(text, s, e, es)
+			// Past the value read, so that its bytes are not read again
+			// ("--password '" or "--cookie " a thousand times on a line).
+			if len(es) > n {
+				end = max(end, es[len(es)-1].end)
+			}
+			done = max(done, end)
+			pos = done
 		}
 	}
 	// First words of lines.
@@ -89,6 +98,22 @@ func firstWord(text string, ls, le int, es []edit) []edit {
 	return es
 }
 
+// lineStartNear returns the start of the line that holds text[i], or
+// i-near if the line started earlier: what is looked for before a flag
+// or a tag is near it, and the bound keeps a long line linear. It
+// searches forward, with IndexByte, which is fast where LastIndexByte
+// is not.
+func lineStartNear(text string, i, near int) int {
+	from := max(0, i-near)
+	for {
+		k := strings.IndexByte(text[from:i], '\n')
+		if k < 0 {
+			return from
+		}
+		from += k + 1
+	}
+}
+
 // isFlagByte: the bytes of a flag or a key written before a blank
 // (--password, secret_access_key, //registry.npmjs.org/:_authToken).
 func isFlagByte(c byte) bool { return flagByteTable[c] }
@@ -102,14 +127,15 @@ var flagByteTable = func() (t [256]bool) {
 
 // wordKeyAt looks at the word text[s:e], which holds a '-' or '_': a
 // flag (-p, --password, -storepass), or a key (secret_access_key,
-// add-authtoken), followed by blanks and its value.
-func wordKeyAt(text string, s, e int, es []edit) []edit {
+// add-authtoken), followed by blanks and its value. It returns the end
+// of what it read.
+func wordKeyAt(text string, s, e int, es []edit) ([]edit, int) {
 	w := text[s:e]
 	if len(w) > 2 && w[0] == '-' && w[1] != '-' && isAlpha(w[1:2]) && (e == len(text) || !isBlank(text[e])) {
-		return shortFlagAt(text, s, e, es) // -pSEC%RET
+		return shortFlagAt(text, s, e, es), e // -pSEC%RET
 	}
 	if e >= len(text) || !isBlank(text[e]) {
-		return es
+		return es, e
 	}
 	switch {
 	case strings.HasPrefix(w, "--") && len(w) > 2, strings.HasPrefix(w, "-") && len(w) > 2 && isAlpha(w[1:]):
@@ -117,9 +143,9 @@ func wordKeyAt(text string, s, e int, es []edit) []edit {
 		name := strings.TrimLeft(w, "-")
 		switch name {
 		case "user", "proxy-user":
-			return userPassAt(text, s, e, es)
+			return userPassAt(text, s, e, es), e
 		case "password-stdin":
-			return echoedAt(text, s, es)
+			return echoedAt(text, s, es), e
 		}
 		if name == "passin" || name == "passout" || name == "pass" {
 			v := e
@@ -128,9 +154,9 @@ func wordKeyAt(text string, s, e int, es []edit) []edit {
 			}
 			if strings.HasPrefix(text[v:], "pass:") {
 				ve := valueEnd(text, v+5, 0, false, false)
-				return addEdit(es, text, v+5, ve, markPassword, true)
+				return addEdit(es, text, v+5, ve, markPassword, true), ve
 			}
-			return es
+			return es, e
 		}
 		c, m := keyOf(name, false)
 		if c == keyCookie {
@@ -143,26 +169,25 @@ func wordKeyAt(text string, s, e int, es []edit) []edit {
 				q = text[v]
 				v++
 			}
-			es, _ = cookieValues(text, v, q, es)
-			return es
+			return cookieValues(text, v, q, es)
 		}
 		if c == keyWeak && strings.HasPrefix(w, "--") {
 			c = keyStrong // --auth X, --api-key X: the flag says what X is
 		}
 		if c == keyStrong || c == keyWeak {
-			es, _ = blankValue(text, e, c, m, es)
+			return blankValue(text, e, c, m, es)
 		}
-		return es
+		return es, e
 	case len(w) == 2 && w[0] == '-', len(w) > 2 && w[0] == '-' && w[1] != '-':
-		return shortFlagAt(text, s, e, es)
+		return shortFlagAt(text, s, e, es), e
 	case w[0] != '-':
 		// secret_access_key X, add-authtoken X: only a value that looks
 		// random, since prose has "access_token expired".
 		if c, m := keyOf(w, false); c == keyStrong || c == keyWeak {
-			es, _ = blankValue(text, e, keyWeak, m, es)
+			return blankValue(text, e, keyWeak, m, es)
 		}
 	}
-	return es
+	return es, e
 }
 
 // shortFlagAt handles -p X, -pX and the like, for the commands that
@@ -173,7 +198,7 @@ func shortFlagAt(text string, s, e int, es []edit) []edit {
 	if attachedValue { // -pSECRET runs to the next blank
 		e = valueEnd(text, s+2, 0, false, false)
 	}
-	line := text[textLineStart(text, s):s]
+	line := text[lineStartNear(text, s, 160):s]
 	if flag == 'u' && !attachedValue || flag == 'U' {
 		return userPassAt(text, s, e, es)
 	}
@@ -196,7 +221,7 @@ func shortFlagAt(text string, s, e int, es []edit) []edit {
 // userPassAt masks the password of curl's -u user:password (and
 // --user, --proxy-user) whose flag is text[s:e].
 func userPassAt(text string, s, e int, es []edit) []edit {
-	if !commandIn(text[textLineStart(text, s):s], []string{"curl", "wget", "http"}) {
+	if !commandIn(text[lineStartNear(text, s, 160):s], []string{"curl", "wget", "http"}) {
 		return es
 	}
 	v := e
@@ -219,7 +244,7 @@ func userPassAt(text string, s, e int, es []edit) []edit {
 // echoedAt masks X in `echo X | docker login --password-stdin`, whose
 // flag starts at text[s].
 func echoedAt(text string, s int, es []edit) []edit {
-	ls := textLineStart(text, s)
+	ls := lineStartNear(text, s, 160)
 	line := text[ls:s]
 	k := strings.Index(line, "echo ")
 	p := strings.LastIndexByte(line, '|')
@@ -247,22 +272,28 @@ func echoedAt(text string, s int, es []edit) []edit {
 
 // commandIn reports whether one of the commands is a word of line.
 func commandIn(line string, commands []string) bool {
-	for _, c := range commands {
-		for k := 0; ; {
-			i := strings.Index(line[k:], c)
-			if i < 0 {
-				break
-			}
-			i += k
-			k = i + 1
-			before := i == 0 || strings.IndexByte(" \t/'\"(;|&", line[i-1]) >= 0
-			after := i+len(c) == len(line) || isBlank(line[i+len(c)])
-			if before && after {
-				return true
+	for i := 0; i < len(line); {
+		for i < len(line) && commandStop(line[i]) {
+			i++
+		}
+		e := i
+		for e < len(line) && !commandStop(line[e]) {
+			e++
+		}
+		if w := line[i:e]; len(w) >= 2 {
+			for _, c := range commands {
+				if w == c {
+					return true
+				}
 			}
 		}
+		i = e
 	}
 	return false
+}
+
+func commandStop(c byte) bool {
+	return isBlank(c) || c == '/' || c == '\'' || c == '"' || c == '(' || c == ';' || c == '|' || c == '&'
 }
 
 // blankValue masks the value after the blanks that follow text[e], for
@@ -338,7 +369,7 @@ func scanXML(text string, es []edit) []edit {
 		}
 		name := text[pos:e]
 		// The value: from the '>' that ends the opening tag.
-		ls := textLineStart(text, i)
+		ls := lineStartNear(text, i, 512)
 		gt := strings.LastIndexByte(text[ls:i], '>')
 		if gt < 0 {
 			continue
@@ -379,11 +410,12 @@ func scanQuotedPairs(text string, es []edit) []edit {
 			}
 			i += pos
 			pos = i + 2
-			ks := strings.LastIndexByte(text[textLineStart(text, i):i], q)
+			ls := lineStartNear(text, i, 80)
+			ks := strings.LastIndexByte(text[ls:i], q)
 			if ks < 0 {
 				continue
 			}
-			ks += textLineStart(text, i) + 1
+			ks += ls + 1
 			c, m := keyOf(text[ks:i], false)
 			if c == keyNone || c == keyCookie || c == keyAuthorization || i-ks > 64 || !isKeyText(text[ks:i]) {
 				continue

@@ -441,12 +441,20 @@ func typeName(w string) bool {
 // name="..." attribute of the same element (<add key="ApiToken"
 // value="..."/>, <property name="password" value="..."/>).
 func attributeKey(text string, ks int) (keyClass, string) {
-	ls := textLineStart(text, ks)
-	tag := strings.LastIndexByte(text[ls:ks], '<')
+	// The element's start, near: a '<' with no '>' after it.
+	tag := -1
+	for k := ks - 1; k >= 0 && k >= ks-160; k-- {
+		if c := text[k]; c == '<' {
+			tag = k
+			break
+		} else if c == '>' || c == '\n' {
+			break
+		}
+	}
 	if tag < 0 {
 		return keyNone, ""
 	}
-	el := text[ls+tag : ks]
+	el := text[tag:ks]
 	for _, attr := range []string{"key=\"", "name=\"", "Key=\"", "Name=\""} {
 		if a := strings.Index(el, attr); a >= 0 {
 			rest := el[a+len(attr):]

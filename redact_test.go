@@ -500,6 +500,11 @@ func benchText(size int, secrets []string) string {
 var pathological = []string{
 	"-----BEGIN PRIVATE KEY-----", "-----END PRIVATE KEY-----", "PRIVATE KEY",
 	"token=", "password='", "[... ", "[REDACTED", "ghp_",
+	// The scanners of vendor shapes, flags, URLs, XML, pairs, base64.
+	"@", "://u:p@h", "sshpass -p ", "--password '", "-pX", "a_token ", "value=", "</",
+	`"token", "`, "Q~", "eyJhbGciOiJIUzI1NiJ9.", "=sk-", "xoxb-", "AKIAAAAAAAAAAAAAAAAA",
+	"Cookie: a=", "--cookie ", "key: \"", "data: YWJjZGVmZ2hpamtsbW5vcA==\n", "  password ",
+	"aB3dE6gH9jK2mN5pQ8sT", "curl -u a:",
 }
 
 func TestRedactorPathologicalInputs(t *testing.T) {

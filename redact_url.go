@@ -19,16 +19,17 @@ func scanURLs(text string, es []edit) []edit {
 		for ws > 0 && i-ws < 512 && !urlStop(text[ws-1]) {
 			ws--
 		}
+		we := i
+		for we < len(text) && !urlStop(text[we]) {
+			we++
+		}
+		// The other '@'s of this word share its start: look once.
+		pos = we
 		u := strings.LastIndex(text[ws:i], "://")
 		if u < 0 {
 			continue
 		}
 		u += ws + 3
-		we := i
-		for we < len(text) && !urlStop(text[we]) {
-			we++
-		}
-		pos = we
 		// The authority ends at the last '@' before the query.
 		lim := we
 		if k := strings.IndexAny(text[i:we], "?#"); k >= 0 {
