@@ -252,12 +252,15 @@ func assignmentAt(text string, i, depth int, es []edit) ([]edit, int) {
 	// Most separators follow keys that end in no secret-bearing word
 	// (times, line numbers, key=value logs) and precede no base64: two
 	// byte lookups reject them before the key is read.
-	if last := text[k-1] | 0x20; len(endingsByLast[last]) == 0 && !maybeBase64(text, i, j, depth) {
+	if last := text[k-1] | 0x20; len(endingsByLast[last]) == 0 && !maybeBase64(text, i, j, depth) && !strings.HasSuffix(text[:k], "str") {
 		return es, i
 	}
 	ke := k
 	ks := keyStart(text, ke)
 	key := text[ks:ke]
+	if strings.HasSuffix(text[:ks], "[REDACTED:") {
+		return es, i // a marker's word, as in "[REDACTED:password] :x"
+	}
 	// A type between the key and '=' (var x string = v, KEY:STRING=v).
 	if t := typeName(key); t && ks > 0 {
 		kk := ks

@@ -37,6 +37,9 @@ func scanURLs(text string, es []edit) []edit {
 		}
 		at := i + strings.LastIndexByte(text[i:lim], '@')
 		info := text[u:at]
+		if holdsMarker(info) {
+			continue // redacted before: idempotence
+		}
 		if c := strings.IndexByte(info, ':'); c >= 0 {
 			if strings.IndexByte(info[:c], '/') >= 0 || c+1 == len(info) {
 				continue
