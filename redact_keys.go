@@ -219,11 +219,16 @@ func assignmentAt(text string, i, depth int, es []edit) ([]edit, int) {
 		}
 		// Operators before '=': a comparison (!=, <=, >=, ==) is no
 		// assignment; ?=, +=, .= and := or ::= (make, PHP) are.
-		for k > 0 && strings.IndexByte("?+.:", text[k-1]) >= 0 && i-k < 3 {
+		for k > 0 && i-k < 3 {
+			if c := text[k-1]; c != '?' && c != '+' && c != '.' && c != ':' {
+				break
+			}
 			k--
 		}
-		if k > 0 && strings.IndexByte("=!<>", text[k-1]) >= 0 {
-			return es, i
+		if k > 0 {
+			if c := text[k-1]; c == '=' || c == '!' || c == '<' || c == '>' {
+				return es, i
+			}
 		}
 		if next == '>' { // key => value
 			j++
@@ -252,7 +257,12 @@ func assignmentAt(text string, i, depth int, es []edit) ([]edit, int) {
 	// Most separators follow keys that end in no secret-bearing word
 	// (times, line numbers, key=value logs) and precede no base64: two
 	// byte lookups reject them before the key is read.
-	if last := text[k-1] | 0x20; len(endingsByLast[last]) == 0 && !maybeBase64(text, i, j, depth) && !strings.HasSuffix(text[:k], "str") {
+	last := text[k-1] | 0x20
+	reject := len(endingsByLast[last]) == 0
+	if !reject && k >= 2 && isAlnum(text[k-2]) && !secondLast[last][text[k-2]|0x20] {
+		reject = true
+	}
+	if reject && !maybeBase64(text, i, j, depth) && !endsInType(text[:k], last) {
 		return es, i
 	}
 	ke := k
@@ -430,6 +440,17 @@ var keyByteTable = func() (t [256]bool) {
 	return t
 }()
 
+// endsInType reports whether s ends in a type name (typeName), whose
+// last letter, in lower case, is last.
+func endsInType(s string, last byte) bool {
+	switch last {
+	case 'r', 'g', 't':
+		w := s[keyStart(s, len(s)):]
+		return typeName(w)
+	}
+	return false
+}
+
 // typeName reports whether w is a type that code writes between a
 // variable and its value.
 func typeName(w string) bool {
@@ -562,6 +583,9 @@ func placeholder(v string, quoted bool) bool {
 	if filler {
 		return true
 	}
+	if len(v) > 64 {
+		return false // other placeholders are short; a long value is data
+	}
 	upper, hasDigit, hasLower := true, false, false
 	for i := 0; i < len(v); i++ {
 		c := v[i]
@@ -578,18 +602,36 @@ func placeholder(v string, quoted bool) bool {
 	if upper && !hasDigit && !hasLower && len(v) <= 32 {
 		return true
 	}
-	switch strings.ToLower(v) {
-	case "true", "false", "null", "nil", "none", "undefined", "required", "optional",
-		"yes", "no", "on", "off", "empty", "(protected)", "hidden", "redacted":
-		return true
+	if len(v) <= 11 {
+		for _, lit := range []string{"true", "false", "null", "nil", "none", "undefined", "required",
+			"optional", "yes", "no", "on", "off", "empty", "(protected)", "hidden", "redacted"} {
+			if strings.EqualFold(v, lit) {
+				return true
+			}
+		}
 	}
-	if lv := strings.ToLower(v); strings.Contains(lv, "your") && (strings.Contains(lv, "here") || strings.Contains(lv, "key") || strings.Contains(lv, "token")) {
-		return true
+	// your-api-key-here, YOUR_TOKEN: a word of "your" and of what to put.
+	if k := indexFold(v, "your"); k >= 0 {
+		rest := v[k+4:]
+		if indexFold(rest, "here") >= 0 || indexFold(rest, "key") >= 0 || indexFold(rest, "token") >= 0 {
+			return true
+		}
 	}
 	if !quoted && codeRef(v) {
 		return true
 	}
 	return false
+}
+
+// indexFold returns the index of the first match of the lower-case word
+// w in s, in any case, or -1.
+func indexFold(s, w string) int {
+	for i := 0; i+len(w) <= len(s); i++ {
+		if s[i]|0x20 == w[0] && strings.EqualFold(s[i:i+len(w)], w) {
+			return i
+		}
+	}
+	return -1
 }
 
 // codeRef reports whether v reads as code rather than a literal: an

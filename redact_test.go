@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"strings"
@@ -457,14 +459,19 @@ func TestRedactorRegistry(t *testing.T) {
 }
 
 // BenchmarkRedactor measures Admit over 1 MiB of build-log-like text,
-// clean and with a secret about every 64 lines.
+// clean and with a secret about every 64 lines, and over 1 MiB of the
+// corpus (testdata/redact): its ordinary output, and its shell output,
+// where a secret is on about every third line.
 func BenchmarkRedactor(b *testing.B) {
 	clean := benchText(1<<20, nil)
 	dirty := benchText(1<<20, secretLines)
 	for _, bc := range []struct {
 		name string
 		text string
-	}{{"clean-1MiB", clean}, {"secrets-1MiB", dirty}} {
+	}{
+		{"clean-1MiB", clean}, {"secrets-1MiB", dirty},
+		{"corpus-clean-1MiB", corpusText(b, "clean")}, {"corpus-shell-1MiB", corpusText(b, "shell")},
+	} {
 		b.Run(bc.name, func(b *testing.B) {
 			var r bgjob.Redactor
 			req := bgjob.AdmitRequest{Text: bc.text}
@@ -477,6 +484,27 @@ func BenchmarkRedactor(b *testing.B) {
 			}
 		})
 	}
+}
+
+// corpusText returns 1 MiB of the files of a part of the corpus, one
+// after the other (and again), without their annotations.
+func corpusText(b *testing.B, part string) string {
+	files, err := filepath.Glob(filepath.Join("testdata", "redact", part, "*"))
+	if err != nil || len(files) == 0 {
+		b.Fatalf("corpus %s: %v", part, err)
+	}
+	strip := strings.NewReplacer("⟦", "", "⟧", "", "⟪", "", "⟫", "")
+	var sb strings.Builder
+	for sb.Len() < 1<<20 {
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sb.WriteString(strip.Replace(string(data)))
+		}
+	}
+	return sb.String()[:1<<20]
 }
 
 func benchText(size int, secrets []string) string {

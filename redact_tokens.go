@@ -241,14 +241,12 @@ func scanTokens(text string, es []edit) []edit {
 			b++
 		}
 		if b-a >= minStretch {
-			// The whole run, separators (. / = + ~) included.
+			// The whole run, separators (. / = + ~) included: its start
+			// here, its end as scanRun reads it.
 			for a > 0 && tokenChars[text[a-1]] {
 				a--
 			}
-			for b < n && tokenChars[text[b]] {
-				b++
-			}
-			es = scanRun(text, a, b, es)
+			es, b = scanRun(text, a, es)
 		}
 		if b > p {
 			p += (b - p) / minRun * minRun
@@ -275,15 +273,19 @@ func scanTokens(text string, es []edit) []edit {
 	return es
 }
 
-// scanRun looks for tokens at the word starts of the run text[a:b]: its
-// start, and every letter or digit after a separator that never
-// begins a token (=, /, ., ~, +).
-func scanRun(text string, a, b int, es []edit) []edit {
+// scanRun looks for tokens at the word starts of the run of tokenChars
+// that starts at text[a]: its start, and every letter or digit after a
+// separator that never begins a token (=, /, ., ~, +). It returns the
+// edits and the run's end, found in the same pass. A token's alphabet
+// is a part of tokenChars, so a token never runs past the run.
+func scanRun(text string, a int, es []edit) ([]edit, int) {
+	n := len(text)
 	if a > 0 && text[a-1] == ':' {
-		es = telegramAt(text, a, b, es)
+		es = telegramAt(text, a, es)
 	}
 	atlas := false
-	for i := a; i < b; i++ {
+	i := a
+	for ; i < n && tokenChars[text[i]]; i++ {
 		c := text[i]
 		if i > a {
 			p := text[i-1]
@@ -295,22 +297,22 @@ func scanRun(text string, a, b int, es []edit) []edit {
 		if len(byFirst[c]) == 0 && c != 'e' {
 			continue
 		}
-		if c == 'e' && strings.HasPrefix(text[i:b], "eyJ") {
-			if e := jwtEnd(text, i, b); e > 0 {
+		if c == 'e' && strings.HasPrefix(text[i:], "eyJ") {
+			if e := jwtEnd(text, i, n); e > 0 {
 				es = addEdit(es, text, i, e, markJWT, true)
 				i = e - 1
 				continue
 			}
 		}
 		var c1 byte
-		if i+1 < b {
+		if i+1 < n {
 			c1 = text[i+1]
 		}
 		for _, f := range byFirst[c] {
 			if f.prefix[1] != c1 {
 				continue
 			}
-			if e, ok := f.match(text, i, b); ok {
+			if e, ok := f.match(text, i, n); ok {
 				s := i
 				if f.marker == markSlackWebhook { // the whole URL
 					for _, sch := range []string{"https://", "http://"} {
@@ -327,11 +329,11 @@ func scanRun(text string, a, b int, es []edit) []edit {
 		}
 	}
 	if atlas {
-		if i := strings.Index(text[a:b], ".atlasv1."); i >= 0 {
-			es = terraformAt(text, a, a+i, b, es)
+		if k := strings.Index(text[a:i], ".atlasv1."); k >= 0 {
+			es = terraformAt(text, a, a+k, i, es)
 		}
 	}
-	return es
+	return es, i
 }
 
 // startsAfter are the bytes after which a token may start inside a run.
@@ -522,9 +524,10 @@ func terraformAt(text string, a, d, b int, es []edit) []edit {
 }
 
 // telegramAt masks a Telegram bot token, <bot id>:AA<33>, whose part
-// after the colon starts the run text[a:b].
-func telegramAt(text string, a, b int, es []edit) []edit {
-	if !strings.HasPrefix(text[a:b], "AA") {
+// after the colon starts at text[a].
+func telegramAt(text string, a int, es []edit) []edit {
+	b := len(text)
+	if !strings.HasPrefix(text[a:], "AA") {
 		return es
 	}
 	s := a - 1
