@@ -45,16 +45,21 @@ func scanWordKeys(text string, es []edit) []edit {
 			if i < done || i+1 < len(text) && isDigit(text[i+1]) {
 				continue
 			}
-			// The word holding it.
-			s := i
-			for s > 0 && isFlagByte(text[s-1]) {
-				s--
-			}
+			// The word holding it: its end first, since a word inside
+			// which the separator is (not a flag) must be followed by a
+			// blank and end in a secret-bearing word to matter.
 			e := i + 1
 			for e < len(text) && isFlagByte(text[e]) {
 				e++
 			}
 			done, pos = e, e
+			if i > 0 && isFlagByte(text[i-1]) && !innerKey(text, e) {
+				continue
+			}
+			s := i
+			for s > 0 && isFlagByte(text[s-1]) {
+				s--
+			}
 			if s > 0 && !isBlank(text[s-1]) && !isQuote(text[s-1]) && text[s-1] != '\n' {
 				continue
 			}
@@ -112,6 +117,17 @@ func lineStartNear(text string, i, near int) int {
 		}
 		from += k + 1
 	}
+}
+
+// innerKey reports whether a word ending at text[e] may be a key
+// followed by its value: a blank follows, and its last two letters are
+// those of a secret-bearing key's (or it holds a short flag's value).
+func innerKey(text string, e int) bool {
+	if e >= len(text) || !isBlank(text[e]) || e < 2 {
+		return e < len(text) && !isBlank(text[e]) // -pSECRET%x: the flag reads on
+	}
+	last := text[e-1] | 0x20
+	return len(endingsByLast[last]) > 0 && (!isAlnum(text[e-2]) || secondLast[last][text[e-2]|0x20])
 }
 
 // isFlagByte: the bytes of a flag or a key written before a blank

@@ -232,7 +232,12 @@ func scanTokens(text string, es []edit) []edit {
 		}
 		// The stretch of word bytes around the probe: every token has
 		// one of minStretch at least, longer than the stride, so one
-		// probe lands in it; shorter words are passed over.
+		// probe lands in it; shorter words are passed over. A stretch of
+		// 17 that holds p holds p-8 or p+8: two lookups pass over most
+		// short words before they are walked.
+		if (p < 8 || !wordTable[text[p-8]]) && (p+8 >= n || !wordTable[text[p+8]]) {
+			continue
+		}
 		a, b := p, p+1
 		for a > 0 && wordTable[text[a-1]] {
 			a--
