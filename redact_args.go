@@ -286,15 +286,21 @@ func echoedAt(text string, s int, es []edit) []edit {
 	return addEdit(es, text, v, ve, markPassword, true)
 }
 
-// commandIn reports whether one of the commands is a word of line.
+// commandIn reports whether one of the commands is one of the last
+// ten words of line (the words just before a flag: "sshpass -p",
+// "mysql -h db -u root -p").
 func commandIn(line string, commands []string) bool {
-	for i := 0; i < len(line); {
-		for i < len(line) && commandStop(line[i]) {
-			i++
+	e := len(line)
+	for range 10 {
+		for e > 0 && commandStop(line[e-1]) {
+			e--
 		}
-		e := i
-		for e < len(line) && !commandStop(line[e]) {
-			e++
+		if e == 0 {
+			return false
+		}
+		i := e
+		for i > 0 && !commandStop(line[i-1]) {
+			i--
 		}
 		if w := line[i:e]; len(w) >= 2 {
 			for _, c := range commands {
@@ -303,7 +309,7 @@ func commandIn(line string, commands []string) bool {
 				}
 			}
 		}
-		i = e
+		e = i
 	}
 	return false
 }

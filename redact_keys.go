@@ -602,7 +602,7 @@ func placeholder(v string, quoted bool) bool {
 	if upper && !hasDigit && !hasLower && len(v) <= 32 {
 		return true
 	}
-	if len(v) <= 11 {
+	if len(v) <= 11 && strings.IndexByte("tfnuryoeh(TFNURYOEH", v[0]) >= 0 {
 		for _, lit := range []string{"true", "false", "null", "nil", "none", "undefined", "required",
 			"optional", "yes", "no", "on", "off", "empty", "(protected)", "hidden", "redacted"} {
 			if strings.EqualFold(v, lit) {
