@@ -29,9 +29,12 @@ import (
 // spawned straight into (clone3 with CLONE_INTO_CGROUP), so that no
 // process of the job ever runs outside it. A stop signals every process
 // group in the cgroup, then kills the cgroup (cgroup.kill); the job is
-// done when the cgroup is empty. A cgroup costs a mkdir and an rmdir; both
-// happen while some job runs (tidy), never on the launch path: the next
-// launch takes a cgroup made ahead, and an emptied one is removed later.
+// done when the cgroup is empty. A cgroup costs a mkdir and an rmdir,
+// done while some job runs (tidy, from the job's settle), never on a
+// launch's path: a launch takes a cgroup made ahead, and hands its
+// emptied one back to be removed. A cgroup is never used twice: a job may
+// write its own cgroup's files (freeze it, change its type), and that
+// must not reach another job.
 //
 // Without a cgroup, the job's tree is its session (every process group
 // in it) and every process whose environment holds the job's marker,
@@ -52,8 +55,28 @@ type cgroups struct {
 	off    atomic.Bool // set by disable: make no more job cgroups
 
 	mu    sync.Mutex // guards spare and dead
-	spare string     // an empty job cgroup made ahead, or ""
+	spare *jobCgroup // an empty job cgroup made ahead, or nil
 	dead  []string   // emptied job cgroups still to remove
+}
+
+// jobCgroup is a new job cgroup, with what a launch and the job's end need
+// of it open already, so that neither opens a cgroup file on its way.
+type jobCgroup struct {
+	dir    string
+	fd     int      // the folder, for clone3; -1 once closed
+	events *os.File // its cgroup.events, which tells when it is empty
+}
+
+// closeFiles closes what g holds open.
+func (g *jobCgroup) closeFiles() {
+	if g.fd >= 0 {
+		unix.Close(g.fd)
+		g.fd = -1
+	}
+	if g.events != nil {
+		g.events.Close()
+		g.events = nil
+	}
 }
 
 // openCgroups finds where the registry's jobs get cgroups (Config.Cgroup)
@@ -230,40 +253,51 @@ func removeCgroupTree(dir string) {
 }
 
 // place is the containment step of a launch: it gives the job a cgroup
-// (pl.cgroup) if the registry has a folder, and a marker (pl.marker) that
-// goes into the job's environment if it ends up without one.
+// (pl.cg) if the registry has a folder, and a marker (pl.marker) that goes
+// into the job's environment if it ends up without one.
 func (c *cgroups) place(j *job, pl *plan) {
 	pl.marker = markerVar + "=" + c.token + "." + strconv.FormatUint(j.gen, 10)
 	if c.dir == "" || c.off.Load() {
 		return
 	}
-	dir, err := c.take()
+	g, err := c.take()
 	if err != nil {
 		c.log.Warn("bgjob: no cgroup for the job; it is contained by its session", "id", j.id, "err", err)
 		return
 	}
-	pl.cgroup = dir
+	pl.cg = g
 }
 
 // take returns an empty job cgroup: the spare made ahead, or a new one.
-func (c *cgroups) take() (string, error) {
+func (c *cgroups) take() (*jobCgroup, error) {
 	c.mu.Lock()
-	dir := c.spare
-	c.spare = ""
+	g := c.spare
+	c.spare = nil
 	c.mu.Unlock()
-	if dir != "" {
-		return dir, nil
+	if g != nil {
+		return g, nil
 	}
 	return c.make()
 }
 
-// make makes a new job cgroup.
-func (c *cgroups) make() (string, error) {
+// make makes a new job cgroup, and opens it and its cgroup.events.
+func (c *cgroups) make() (*jobCgroup, error) {
 	dir := filepath.Join(c.dir, c.prefix+"."+strconv.FormatUint(c.seq.Add(1), 10))
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		return "", err
+		return nil, err
 	}
-	return dir, nil
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Rmdir(dir)
+		return nil, err
+	}
+	events, err := os.Open(filepath.Join(dir, "cgroup.events"))
+	if err != nil {
+		unix.Close(fd)
+		unix.Rmdir(dir)
+		return nil, err
+	}
+	return &jobCgroup{dir: dir, fd: fd, events: events}, nil
 }
 
 // retire hands back a job's cgroup once it is empty; tidy removes it.
@@ -274,8 +308,7 @@ func (c *cgroups) retire(dir string) {
 }
 
 // tidy removes the emptied job cgroups and makes a spare one for the next
-// launch. A supervisor calls it once its job runs, so that this work
-// overlaps the job instead of delaying a launch.
+// launch. A job's settle calls it, while the job runs.
 func (c *cgroups) tidy() {
 	if c.dir == "" {
 		return
@@ -290,19 +323,20 @@ func (c *cgroups) tidy() {
 			stuck = append(stuck, d) // still populated (a process stuck in the kernel): later
 		}
 	}
-	if spare == "" && !c.off.Load() {
+	if spare == nil && !c.off.Load() {
 		spare, _ = c.make() // none: the next launch makes its own
 	} else {
-		spare = ""
+		spare = nil
 	}
 	c.mu.Lock()
 	c.dead = append(c.dead, stuck...)
-	if c.spare == "" {
-		c.spare, spare = spare, ""
+	if c.spare == nil {
+		c.spare, spare = spare, nil
 	}
 	c.mu.Unlock()
-	if spare != "" {
-		unix.Rmdir(spare) // another tidy made one meanwhile
+	if spare != nil {
+		spare.closeFiles() // another tidy made one meanwhile
+		unix.Rmdir(spare.dir)
 	}
 }
 
@@ -315,14 +349,16 @@ func (c *cgroups) close() {
 	}
 	c.mu.Lock()
 	dead, spare := c.dead, c.spare
-	c.dead, c.spare = nil, ""
+	c.dead, c.spare = nil, nil
 	c.mu.Unlock()
-	for _, d := range append(dead, spare) {
-		if d != "" {
-			awaitUnpopulated(d, deadlineIn(killWait))
-			if err := unix.Rmdir(d); err != nil && err != unix.ENOENT {
-				c.log.Warn("bgjob: remove job cgroup", "folder", d, "err", err)
-			}
+	if spare != nil {
+		spare.closeFiles()
+		dead = append(dead, spare.dir)
+	}
+	for _, d := range dead {
+		awaitUnpopulated(d, deadlineIn(killWait))
+		if err := unix.Rmdir(d); err != nil && err != unix.ENOENT {
+			c.log.Warn("bgjob: remove job cgroup", "folder", d, "err", err)
 		}
 	}
 	unix.Rmdir(c.dir) // fails while released jobs' cgroups are in it
@@ -392,9 +428,10 @@ func cgroupKill(dir string) error {
 
 // giveBack hands back the cgroup of a plan that was never carried out.
 func (c *cgroups) giveBack(pl *plan) {
-	if pl.cgroup != "" {
-		c.retire(pl.cgroup)
-		pl.cgroup = ""
+	if pl.cg != nil {
+		pl.cg.closeFiles()
+		c.retire(pl.cg.dir)
+		pl.cg = nil
 	}
 }
 

@@ -7,10 +7,12 @@ package bgjob
 // its Job Object (Windows), made with its process.
 type cgroups struct{}
 
+// jobCgroup is a job's cgroup: none here.
+type jobCgroup struct{}
+
 func openCgroups(*Config) (*cgroups, error) { return &cgroups{}, nil }
 func (*cgroups) place(*job, *plan)          {}
 func (*cgroups) giveBack(*plan)             {}
-func (*cgroups) tidy()                      {}
 func (*cgroups) close()                     {}
 func (*cgroups) retire(string)              {}
 func (*cgroups) disable(error)              {}

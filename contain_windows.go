@@ -292,6 +292,9 @@ func (p *process) close() {
 	}
 }
 
+// settle has nothing to prepare: the Job Object is made with the process.
+func (p *process) settle() {}
+
 // containment says what holds p's tree: its Job Object.
 func (p *process) containment() (Containment, string) { return ContainJobObject, "" }
 

@@ -40,11 +40,11 @@ type plan struct {
 	stdin  string     // written to the job's standard input, then EOF
 	output outputPlan // where its stdout and stderr go
 
-	// Its containment: on Linux a cgroup of its own (cgroup, made in
-	// cgs's folder) where there is one, else a session of its own and
-	// the marker (an environment entry) that the leftover check looks
-	// for; on other Unix systems its session; on Windows a Job Object.
-	cgroup string
+	// Its containment: on Linux a cgroup of its own (cg, made in cgs's
+	// folder) where there is one, else a session of its own and the
+	// marker (an environment entry) that the leftover check looks for;
+	// on other Unix systems its session; on Windows a Job Object.
+	cg     *jobCgroup
 	cgs    *cgroups
 	marker string
 }

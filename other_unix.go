@@ -30,6 +30,9 @@ func noCgroupSpawn(error) bool { return false }
 // contain records nothing: the tree is the shell's process group.
 func (p *process) contain(*plan) {}
 
+// settle has nothing to prepare here.
+func (p *process) settle() {}
+
 // containment says what holds p's tree: its session.
 func (p *process) containment() (Containment, string) { return ContainSession, "" }
 

@@ -37,9 +37,10 @@ type procOS struct {
 	// marker.
 	cgroup string
 	cgs    *cgroups
+	events *os.File // the cgroup's cgroup.events, open from settle to close
 	marker string
 	since  uint64
-	forks  uint64 // the system's count of created tasks when the shell started (0: unknown)
+	forks  uint64 // the system's count of created tasks as the job started (0: unknown)
 	reaped bool   // the shell was reaped: its PID may be reused
 	// seen holds a pidfd of each member seen while the job ends, and
 	// sessions the sessions they were in: a process once seen stays in
@@ -57,15 +58,9 @@ type procOS struct {
 // receives the shell's pidfd.
 func containAttr(pl *plan, pidfd *int) (*syscall.SysProcAttr, []string, func(), error) {
 	sys := &syscall.SysProcAttr{Setsid: true, PidFD: pidfd}
-	if pl.cgroup != "" {
-		fd, err := unix.Open(pl.cgroup, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err == nil {
-			sys.UseCgroupFD, sys.CgroupFD = true, fd
-			return sys, pl.env, func() { unix.Close(fd) }, nil
-		}
-		pl.cgs.log.Warn("bgjob: open job cgroup; the job is contained by its session", "folder", pl.cgroup, "err", err)
-		pl.cgs.retire(pl.cgroup)
-		pl.cgroup = ""
+	if g := pl.cg; g != nil {
+		sys.UseCgroupFD, sys.CgroupFD = true, g.fd
+		return sys, pl.env, func() { unix.Close(g.fd); g.fd = -1 }, nil
 	}
 	env := pl.env
 	if pl.marker != "" {
@@ -81,15 +76,75 @@ func noCgroupSpawn(err error) bool {
 	return errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP)
 }
 
-// contain records in p what holds its tree, as pl placed it.
+// contain records in p what holds its tree, as pl placed it: p takes
+// over the cgroup's events file.
 func (p *process) contain(pl *plan) {
-	if pl.cgroup != "" {
-		p.cgroup, p.cgs = pl.cgroup, pl.cgs
+	if g := pl.cg; g != nil {
+		p.cgroup, p.cgs, p.events = g.dir, pl.cgs, g.events
+		g.events = nil
 		return
 	}
 	p.marker = pl.marker
-	p.since, _, _ = procStart(p.pid)
-	p.forks, _ = forkCount()
+}
+
+// settle does what the end of the job's containment needs, in its
+// supervisor as the job starts to run, so that it overlaps the job rather
+// than delaying its launch: with a cgroup, it does the registry's cgroup
+// housekeeping; without, it notes when the job started and the system's
+// count of created tasks (see newPIDsAbove).
+func (p *process) settle() {
+	if p.cgroup != "" {
+		if p.cgs != nil {
+			p.cgs.tidy()
+		}
+		return
+	}
+	if p.marker != "" && p.since == 0 {
+		// No /proc read here: this runs on the way to the first read
+		// of a job that may end at once. A tick before now is a start
+		// time no process of the job can be older than; the count of
+		// created tasks may be up to forkSampleAge old, which only
+		// makes newPIDsAbove more careful.
+		p.since = bootTicks() - 1
+		p.forks = recentForkCount()
+	}
+}
+
+// bootTicks returns the time since boot in clock ticks (USER_HZ, 100 a
+// second on Linux), the unit of a process's start time in /proc.
+func bootTicks() uint64 {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts) != nil {
+		return 1
+	}
+	return uint64(ts.Sec)*100 + uint64(ts.Nsec)/1e7
+}
+
+// forkSample caches the system's count of created tasks (forkCount), which
+// is slow to read, for recentForkCount.
+var forkSample struct {
+	mu sync.Mutex
+	at time.Time
+	n  uint64
+}
+
+// forkSampleAge is how old recentForkCount's answer may be.
+const forkSampleAge = 100 * time.Millisecond
+
+// recentForkCount returns the count of tasks the system had created at
+// most forkSampleAge ago: never more than the count now. It returns 0
+// when unknown.
+func recentForkCount() uint64 {
+	forkSample.mu.Lock()
+	defer forkSample.mu.Unlock()
+	if now := time.Now(); now.Sub(forkSample.at) > forkSampleAge {
+		if n, ok := forkCount(); ok {
+			forkSample.at, forkSample.n = now, n
+		} else {
+			return 0
+		}
+	}
+	return forkSample.n
 }
 
 // containment says what holds p's tree: its cgroup's folder, or its
@@ -142,6 +197,10 @@ func (p *process) reap() (int, error) {
 func (p *process) close() {
 	if p.pidfd != nil {
 		p.pidfd.Close()
+	}
+	if p.events != nil {
+		p.events.Close()
+		p.events = nil
 	}
 	for _, f := range p.seen {
 		f.Close()
@@ -417,7 +476,50 @@ func (p *process) signal(kill bool) error {
 
 // leftovers returns how many processes of the job's tree are still alive
 // after the shell was reaped.
-func (p *process) leftovers() int { return len(p.tree()) }
+func (p *process) leftovers() int {
+	switch {
+	case len(p.seen) > 0:
+	case p.cgroup != "" && p.events != nil && !populatedAt(p.events):
+		// The cgroup says it is empty: nothing to list.
+		return 0
+	case p.cgroup == "" && p.reaped && lastPID() == p.pid:
+		// No process was created since the job's shell (a command
+		// that forks nothing): there is nothing to look for.
+		return 0
+	}
+	return len(p.tree())
+}
+
+// populatedAt reports whether the open cgroup.events file f says
+// "populated 1", reading it again from its start; if it cannot be read,
+// it says so too (then the cgroup is listed).
+func populatedAt(f *os.File) bool {
+	var buf [128]byte
+	n, _ := f.ReadAt(buf[:], 0)
+	if n <= 0 {
+		return true
+	}
+	return bytes.Contains(buf[:n], []byte("populated 1"))
+}
+
+// lastPID returns the last PID handed out in the host's PID namespace, or
+// 0 if unknown. The file stays open: each job's end reads it.
+func lastPID() int {
+	f := nsLastPID()
+	if f == nil {
+		return 0
+	}
+	var buf [32]byte
+	n, _ := f.ReadAt(buf[:], 0)
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(buf[:max(n, 0)])))
+	return pid
+}
+
+// nsLastPID is /proc/sys/kernel/ns_last_pid, opened once.
+var nsLastPID = sync.OnceValue(func() *os.File {
+	f, _ := os.Open("/proc/sys/kernel/ns_last_pid")
+	return f
+})
 
 // tree returns the PIDs of the live processes of the job's tree: its
 // members, and those seen before that have not exited.

@@ -55,6 +55,10 @@ type platformProcess interface {
 	// reapOrphans reaps the zombies of the tree that were re-parented
 	// to the host (Config.Subreaper); elsewhere it does nothing.
 	reapOrphans()
+	// settle does what the end of the tree's containment needs, once
+	// the job runs: the supervisor calls it first thing, so that it
+	// overlaps the job instead of delaying the launch.
+	settle()
 	// close frees what the process holds (pidfd, handles), once no
 	// waiter uses it; after a reap, the tree's container goes too (a
 	// Linux cgroup is handed back to be removed).

@@ -104,12 +104,11 @@ func forkJob(pl *plan, in, out int, poll bool) (*process, error) {
 	attr := &syscall.ProcAttr{Dir: pl.dir, Env: env, Files: []uintptr{uintptr(in), uintptr(out), uintptr(out)}, Sys: sys}
 	pid, err := syscall.ForkExec(path, pl.argv, attr)
 	done()
-	if err != nil && pl.cgroup != "" && noCgroupSpawn(err) {
+	if err != nil && pl.cg != nil && noCgroupSpawn(err) {
 		// This kernel cannot spawn into a cgroup: this registry's jobs
 		// are contained by their sessions from now on.
 		pl.cgs.disable(err)
-		pl.cgs.retire(pl.cgroup)
-		pl.cgroup = ""
+		pl.cgs.giveBack(pl)
 		return forkJob(pl, in, out, poll)
 	}
 	if err != nil {

@@ -87,7 +87,7 @@ type supervisor struct {
 	nextSet, realNextSet time.Time
 	haveSet              bool
 	released             bool // Detach released the job: end lets go of it unfinished
-	tidied               bool // the registry's cgroup housekeeping was done for this job
+	settled              bool // p.settle was called
 	over                 bool // runHere supervised the job to its end
 }
 
@@ -144,11 +144,9 @@ func (s *supervisor) signal(kill bool) {
 // goroutine.
 func (s *supervisor) watch(until time.Time, quit <-chan struct{}) bool {
 	j, rd := s.j, s.rd
-	if !s.tidied {
-		// While the job runs, and not on any launch's path: remove the
-		// cgroups of ended jobs, make one for the next launch.
-		s.tidied = true
-		s.r.cg.tidy()
+	if !s.settled {
+		s.settled = true
+		s.p.settle()
 	}
 	for {
 		// The policy's time first, then the real one: with the real
