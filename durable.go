@@ -556,9 +556,9 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 		}
 	}()
 	var (
-		owed    []queued
-		byID    = make(map[ID]*job)
-		gone    []*job // finished runs nobody holds: discarded after
+		owed []queued
+		byID = make(map[ID]*job)
+		gone []*job // finished runs nobody holds: discarded after
 	)
 	boot := bootID()
 	for _, s := range sessions {

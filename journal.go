@@ -80,13 +80,13 @@ func openJournal(c *Config) (journal, []byte, error) {
 type memJournal struct{}
 
 func (memJournal) restore(*Registry) ([]adoption, error) { return nil, nil }
-func (memJournal) launching(*job) error         { return nil }
-func (memJournal) wrap(*job, *plan) error       { return nil }
-func (memJournal) started(*job, *process)       {}
-func (memJournal) delivered(*job)               {}
-func (memJournal) forgottenLocked(*job)         {}
-func (memJournal) purge()                       {}
-func (memJournal) close()                       {}
+func (memJournal) launching(*job) error                  { return nil }
+func (memJournal) wrap(*job, *plan) error                { return nil }
+func (memJournal) started(*job, *process)                {}
+func (memJournal) delivered(*job)                        {}
+func (memJournal) forgottenLocked(*job)                  {}
+func (memJournal) purge()                                {}
+func (memJournal) close()                                {}
 
 func (memJournal) ending(*job) func(outcome, time.Time, bool) { return endNothing }
 

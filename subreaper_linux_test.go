@@ -1,8 +1,8 @@
 package bgjob_test
 
 import (
-	"fmt"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
