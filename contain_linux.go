@@ -16,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/zeebo/blake3"
 	"golang.org/x/sys/unix"
@@ -46,6 +47,15 @@ const markerVar = "BGJOB_JOB"
 
 // cgroups is a registry's containment root: its cgroup folder, or the
 // token of its markers when it has none.
+//
+// Job cgroups are pooled. A cgroup that a job left empty and untouched is
+// the next launch's: a mkdir and an rmdir per job would cost more than the
+// rest of a short job's launch. "Untouched" is what an inotify watch on
+// each cgroup's folder tells: a job may write its own cgroup's files
+// (freeze it, change its type or limits, make cgroups inside it, chmod
+// them), and any such change (any event but the kernel's own notices on
+// its *.events files) has the cgroup removed rather than handed to
+// another job. Without inotify, no cgroup is used twice.
 type cgroups struct {
 	dir    string // the registry's folder; "" when jobs get no cgroup
 	prefix string // a random prefix of the job cgroups' names
@@ -53,18 +63,26 @@ type cgroups struct {
 	log    *slog.Logger
 	seq    atomic.Uint64
 	off    atomic.Bool // set by disable: make no more job cgroups
+	in     *os.File    // the inotify instance watching the job cgroups, or nil
+	home   string      // the host's own cgroup folder at New, or "" if unknown
 
-	mu    sync.Mutex // guards spare and dead
-	spare *jobCgroup // an empty job cgroup made ahead, or nil
-	dead  []string   // emptied job cgroups still to remove
+	mu   sync.Mutex           // guards the fields below; taken after Registry.mu and job.mu, if at all
+	free []*jobCgroup         // empty, untouched job cgroups, for the next launches
+	dead []string             // job cgroups to remove
+	byWD map[int32]*jobCgroup // the watched cgroups by watch descriptor
 }
 
-// jobCgroup is a new job cgroup, with what a launch and the job's end need
-// of it open already, so that neither opens a cgroup file on its way.
+// maxFree bounds the pool of empty job cgroups a registry keeps.
+const maxFree = 8
+
+// jobCgroup is a job cgroup, with what a launch and the job's end need of
+// it open already, so that neither opens a cgroup file on its way.
 type jobCgroup struct {
-	dir    string
-	fd     int      // the folder, for clone3; -1 once closed
-	events *os.File // its cgroup.events, which tells when it is empty
+	dir     string
+	fd      int      // the folder, for clone3
+	events  *os.File // its cgroup.events, which tells when it is empty
+	wd      int32    // its inotify watch, or -1
+	touched bool     // something other than the kernel changed it (guarded by cgroups.mu)
 }
 
 // closeFiles closes what g holds open.
@@ -87,7 +105,7 @@ func (g *jobCgroup) closeFiles() {
 func openCgroups(c *Config) (*cgroups, error) {
 	var tok [8]byte
 	rand.Read(tok[:])
-	cg := &cgroups{token: hex.EncodeToString(tok[:]), prefix: hex.EncodeToString(tok[:4]), log: c.Logger}
+	cg := &cgroups{token: hex.EncodeToString(tok[:]), prefix: hex.EncodeToString(tok[:4]), log: c.Logger, byWD: make(map[int32]*jobCgroup)}
 	parent := c.Cgroup
 	switch parent {
 	case "off":
@@ -112,6 +130,12 @@ func openCgroups(c *Config) (*cgroups, error) {
 		return cg, nil
 	}
 	cg.dir = dir
+	cg.home = ownCgroup()
+	if fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC); err == nil {
+		cg.in = os.NewFile(uintptr(fd), "inotify")
+	} else {
+		c.Logger.Debug("bgjob: no inotify: job cgroups are not reused", "err", err)
+	}
 	return cg, nil
 }
 
@@ -231,7 +255,7 @@ func parseHostCgroup(name string) (pid int, start uint64, ok bool) {
 func killCgroupTree(dir string) int {
 	n := len(cgroupMembers(dir))
 	if n > 0 || populated(filepath.Join(dir, "cgroup.events")) {
-		cgroupKill(dir)
+		cgroupKill(dir, "")
 		deadline := deadlineIn(killWait)
 		awaitGone(func() []int { return cgroupMembers(dir) }, deadline)
 		awaitUnpopulated(dir, deadline)
@@ -268,11 +292,13 @@ func (c *cgroups) place(j *job, pl *plan) {
 	pl.cg = g
 }
 
-// take returns an empty job cgroup: the spare made ahead, or a new one.
+// take returns an empty job cgroup: one from the pool, or a new one.
 func (c *cgroups) take() (*jobCgroup, error) {
 	c.mu.Lock()
-	g := c.spare
-	c.spare = nil
+	var g *jobCgroup
+	if n := len(c.free); n > 0 {
+		g, c.free = c.free[n-1], c.free[:n-1]
+	}
 	c.mu.Unlock()
 	if g != nil {
 		return g, nil
@@ -280,7 +306,8 @@ func (c *cgroups) take() (*jobCgroup, error) {
 	return c.make()
 }
 
-// make makes a new job cgroup, and opens it and its cgroup.events.
+// make makes a new job cgroup, opens it and its cgroup.events, and
+// watches its folder.
 func (c *cgroups) make() (*jobCgroup, error) {
 	dir := filepath.Join(c.dir, c.prefix+"."+strconv.FormatUint(c.seq.Add(1), 10))
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -297,47 +324,134 @@ func (c *cgroups) make() (*jobCgroup, error) {
 		unix.Rmdir(dir)
 		return nil, err
 	}
-	return &jobCgroup{dir: dir, fd: fd, events: events}, nil
+	g := &jobCgroup{dir: dir, fd: fd, events: events, wd: -1}
+	if c.in != nil {
+		const changes = unix.IN_MODIFY | unix.IN_ATTRIB | unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO
+		if wd, err := unix.InotifyAddWatch(int(c.in.Fd()), dir, changes); err == nil {
+			g.wd = int32(wd)
+			c.mu.Lock()
+			c.byWD[g.wd] = g
+			c.mu.Unlock()
+		}
+	}
+	return g, nil
 }
 
-// retire hands back a job's cgroup once it is empty; tidy removes it.
+// recycle takes back a job's cgroup once the job has ended and the cgroup
+// is empty: into the pool if nothing but the kernel changed it, else to be
+// removed (by tidy).
+func (c *cgroups) recycle(g *jobCgroup) {
+	c.noticeChanges()
+	c.mu.Lock()
+	reuse := g.wd >= 0 && !g.touched && len(c.free) < maxFree && !c.off.Load()
+	c.mu.Unlock()
+	if populatedAt(g.events) && hostIn(g.dir) {
+		// The job moved the host into its cgroup (and so touched it).
+		leave(g.dir, c.home)
+	}
+	if reuse {
+		// Empty and not frozen: a job's freezing would have touched it,
+		// but a cgroup whose last process is still exiting must wait.
+		var buf [128]byte
+		n, _ := g.events.ReadAt(buf[:], 0)
+		reuse = bytes.Contains(buf[:max(n, 0)], []byte("populated 0")) && bytes.Contains(buf[:max(n, 0)], []byte("frozen 0"))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if reuse {
+		c.free = append(c.free, g)
+		return
+	}
+	c.dropLocked(g)
+}
+
+// dropLocked has g removed by the next tidy; c.mu must be held.
+func (c *cgroups) dropLocked(g *jobCgroup) {
+	if g.wd >= 0 {
+		delete(c.byWD, g.wd)
+		if c.in != nil {
+			unix.InotifyRmWatch(int(c.in.Fd()), uint32(g.wd))
+		}
+		g.wd = -1
+	}
+	g.closeFiles()
+	c.dead = append(c.dead, g.dir)
+}
+
+// noticeChanges reads the inotify events queued so far, without waiting,
+// and marks the job cgroups that something other than the kernel changed.
+// The kernel's own notices are changes of *.events files; a lost event
+// (the queue overflowed) marks every cgroup.
+func (c *cgroups) noticeChanges() {
+	if c.in == nil {
+		return
+	}
+	var buf [4096]byte
+	for {
+		n, err := unix.Read(int(c.in.Fd()), buf[:])
+		if n <= 0 || err != nil {
+			return
+		}
+		c.mu.Lock()
+		for off := 0; off+unix.SizeofInotifyEvent <= n; {
+			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+			name := string(bytes.TrimRight(buf[off+unix.SizeofInotifyEvent:min(n, off+unix.SizeofInotifyEvent+int(ev.Len))], "\x00"))
+			off += unix.SizeofInotifyEvent + int(ev.Len)
+			switch {
+			case ev.Mask&unix.IN_Q_OVERFLOW != 0:
+				for _, g := range c.byWD {
+					g.touched = true
+				}
+			case ev.Mask&unix.IN_MODIFY != 0 && ev.Mask&^(unix.IN_MODIFY|unix.IN_ISDIR) == 0 && strings.HasSuffix(name, ".events"):
+				// The kernel's notice that the cgroup changed state.
+			default:
+				if g := c.byWD[ev.Wd]; g != nil {
+					g.touched = true
+				}
+			}
+		}
+		c.mu.Unlock()
+	}
+}
+
+// retire has the cgroup dir, which no jobCgroup stands for (an adopted
+// job's), removed by the next tidy.
 func (c *cgroups) retire(dir string) {
 	c.mu.Lock()
 	c.dead = append(c.dead, dir)
 	c.mu.Unlock()
 }
 
-// tidy removes the emptied job cgroups and makes a spare one for the next
-// launch. A job's settle calls it, while the job runs.
+// tidy removes the job cgroups to remove and, if the pool is empty, makes
+// one for the next launch. A job's settle calls it, while the job runs.
 func (c *cgroups) tidy() {
 	if c.dir == "" {
 		return
 	}
 	c.mu.Lock()
-	dead, spare := c.dead, c.spare
+	dead, empty := c.dead, len(c.free) == 0
 	c.dead = nil
 	c.mu.Unlock()
 	var stuck []string
 	for _, d := range dead {
-		if err := unix.Rmdir(d); err != nil && err != unix.ENOENT {
-			stuck = append(stuck, d) // still populated (a process stuck in the kernel): later
+		if err := unix.Rmdir(d); err == unix.EBUSY || err == unix.ENOTEMPTY {
+			if !hasSubCgroups(d) {
+				stuck = append(stuck, d) // a process stuck in the kernel: later
+				continue
+			}
+			removeCgroupTree(d) // the job made cgroups inside its own
 		}
 	}
-	if spare == nil && !c.off.Load() {
-		spare, _ = c.make() // none: the next launch makes its own
-	} else {
-		spare = nil
+	var g *jobCgroup
+	if empty && !c.off.Load() {
+		g, _ = c.make() // none: the next launch makes its own
 	}
 	c.mu.Lock()
 	c.dead = append(c.dead, stuck...)
-	if c.spare == nil {
-		c.spare, spare = spare, nil
+	if g != nil {
+		c.free = append(c.free, g)
 	}
 	c.mu.Unlock()
-	if spare != nil {
-		spare.closeFiles() // another tidy made one meanwhile
-		unix.Rmdir(spare.dir)
-	}
 }
 
 // close removes the registry's folder, once its jobs are done: the
@@ -348,12 +462,14 @@ func (c *cgroups) close() {
 		return
 	}
 	c.mu.Lock()
-	dead, spare := c.dead, c.spare
-	c.dead, c.spare = nil, nil
+	for _, g := range c.free {
+		c.dropLocked(g)
+	}
+	dead := c.dead
+	c.free, c.dead = nil, nil
 	c.mu.Unlock()
-	if spare != nil {
-		spare.closeFiles()
-		dead = append(dead, spare.dir)
+	if c.in != nil {
+		c.in.Close()
 	}
 	for _, d := range dead {
 		awaitUnpopulated(d, deadlineIn(killWait))
@@ -412,7 +528,24 @@ func hasSubCgroups(dir string) bool {
 // cgroupKill kills every process of the cgroup dir and its descendants at
 // once (cgroup.kill, Linux 5.14), or, where the kernel lacks it, each
 // member in turn.
-func cgroupKill(dir string) error {
+//
+// A job that may write cgroup.procs of the host's cgroup (the same user, in
+// a delegated hierarchy) could move the host into its own, and the kill
+// would take the host with it: the host never kills a cgroup it is in. It
+// goes back home first (home: its cgroup at New), or, if it cannot, kills
+// the other members one by one.
+func cgroupKill(dir, home string) error {
+	if hostIn(dir) {
+		if !leave(dir, home) {
+			self := os.Getpid()
+			for _, pid := range cgroupMembers(dir) {
+				if pid != self {
+					unix.Kill(pid, unix.SIGKILL)
+				}
+			}
+			return fmt.Errorf("cgroup.kill: the host is in the job's cgroup %s and cannot leave it", dir)
+		}
+	}
 	err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
 	if err == nil {
 		return nil
@@ -420,17 +553,24 @@ func cgroupKill(dir string) error {
 	if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("cgroup.kill: %w", err)
 	}
+	self := os.Getpid()
 	for _, pid := range cgroupMembers(dir) {
-		unix.Kill(pid, unix.SIGKILL)
+		if pid != self {
+			unix.Kill(pid, unix.SIGKILL)
+		}
 	}
 	return nil
+}
+
+// owns reports whether dir is a job cgroup in the registry's folder.
+func (c *cgroups) owns(dir string) bool {
+	return c.dir != "" && filepath.Dir(filepath.Clean(dir)) == c.dir
 }
 
 // giveBack hands back the cgroup of a plan that was never carried out.
 func (c *cgroups) giveBack(pl *plan) {
 	if pl.cg != nil {
-		pl.cg.closeFiles()
-		c.retire(pl.cg.dir)
+		c.recycle(pl.cg)
 		pl.cg = nil
 	}
 }
@@ -495,6 +635,31 @@ func reapZombieChildren(ours func(pid string, session int) bool) {
 		var info unix.Siginfo
 		unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG, nil)
 	}
+}
+
+// leave moves the host out of the cgroup dir, where a hostile job put it,
+// back into home; it reports whether the host is out.
+func leave(dir, home string) bool {
+	if home == "" || os.WriteFile(filepath.Join(home, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0) != nil {
+		return false
+	}
+	return !hostIn(dir)
+}
+
+// hostIn reports whether the host's own process is in the cgroup dir or
+// below it.
+func hostIn(dir string) bool {
+	rel := cgroupPath(dir)
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if rel == "" || err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if own, ok := strings.CutPrefix(line, "0::"); ok {
+			return own == rel || strings.HasPrefix(own, rel+"/")
+		}
+	}
+	return false
 }
 
 // cgroupPath returns the path of the cgroup folder dir in its hierarchy,

@@ -288,3 +288,93 @@ func cgroupOf(t *testing.T, pid int) string {
 	t.Fatal("no cgroup v2 hierarchy")
 	return ""
 }
+
+// A job's cgroup goes to a later job only if nothing but the kernel
+// changed it: one that the job wrote to (its limits, freezing itself) is
+// removed instead, and the next job runs as usual.
+func TestTouchedCgroupIsNotReused(t *testing.T) {
+	if !cgroupsHere(t) {
+		t.Skip("no writable cgroup v2 hierarchy here")
+	}
+	r := newRegistry(t, bgjob.Config{KillGrace: 200 * time.Millisecond})
+	// Each job prints the folder of its cgroup.
+	const where = `echo "$(sed -n 's/^0:://p' /proc/self/cgroup)"`
+	run := func(cmd string) bgjob.Snapshot {
+		t.Helper()
+		res, err := r.RunForeground(ctxT(t), bgjob.Spec{Command: where + "; " + cmd, Unique: true}, bgjob.Foreground{SoftCap: deadline})
+		if err != nil || res.Detached {
+			t.Fatalf("%q: %v detached %v", cmd, err, res.Detached)
+		}
+		return res.Snapshot
+	}
+	cgroupOfJob := func(s bgjob.Snapshot) string { return strings.TrimSpace(strings.SplitN(s.Output.Text, "\n", 2)[0]) }
+
+	// The pool hands out the cgroup last given back: the one the
+	// previous job left.
+	a := cgroupOfJob(run("true"))
+	if b := cgroupOfJob(run("true")); b != a {
+		t.Errorf("an untouched cgroup was not reused: %s, then %s", a, b)
+	}
+	// A job that writes its cgroup's files.
+	touched := run(`echo 3 > "$(awk '$9=="cgroup2"{print $5}' /proc/self/mountinfo | head -1)$(sed -n 's/^0:://p' /proc/self/cgroup)/cgroup.max.depth"`)
+	if touched.ExitCode != 0 {
+		t.Fatalf("the job could not write its cgroup: %q", touched.Output.Text)
+	}
+	tc := cgroupOfJob(touched)
+	for range 4 {
+		if c := cgroupOfJob(run("true")); c == tc {
+			t.Fatalf("the cgroup %s that a job wrote to went to a later job", tc)
+		}
+	}
+	// A job that freezes itself: it is killed, and the next one runs.
+	s, err := r.Start(ctxT(t), bgjob.Spec{Command: where + `; echo 1 > "$(awk '$9=="cgroup2"{print $5}' /proc/self/mountinfo | head -1)$(sed -n 's/^0:://p' /proc/self/cgroup)/cgroup.freeze"; sleep 300`, Unique: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitOutput(t, r, s.ID, "/", 1)
+	if s, err = r.Cancel(s.ID); err != nil || s.State != bgjob.Cancelled {
+		t.Fatalf("Cancel of a frozen job: %v %v", s.State, err)
+	}
+	for range 4 {
+		if c := run("echo alive"); !strings.Contains(c.Output.Text, "alive") || cgroupOfJob(c) == cgroupOfJob(s) {
+			t.Fatalf("after a frozen job: %q in %s (the frozen job's: %s)", c.Output.Text, cgroupOfJob(c), cgroupOfJob(s))
+		}
+	}
+}
+
+// A job that moves the host into its own cgroup (the same user may, in a
+// delegated hierarchy) is stopped without taking the host with it.
+func TestJobCannotTrapTheHost(t *testing.T) {
+	if !cgroupsHere(t) || os.Getenv("BGJOB_TEST_TRAP") == "" && !t.Run("in-a-child", func(t *testing.T) {
+		// In a child test process: this one's cgroup is moved.
+		cmd := exec.Command(os.Args[0], "-test.run=^TestJobCannotTrapTheHost$", "-test.v")
+		cmd.Env = append(os.Environ(), "BGJOB_TEST_TRAP=1")
+		// A session of its own: if the job took its host down with
+		// it, the test process and its group would be spared.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestJobCannotTrapTheHost") {
+			t.Fatalf("child test: %v\n%s", err, out)
+		}
+	}) {
+		return
+	}
+	if os.Getenv("BGJOB_TEST_TRAP") == "" {
+		return
+	}
+	home, _ := os.ReadFile("/proc/self/cgroup")
+	r := newRegistry(t, bgjob.Config{KillGrace: 200 * time.Millisecond})
+	trap := `echo ` + strconv.Itoa(os.Getpid()) + ` > "$(awk '$9=="cgroup2"{print $5}' /proc/self/mountinfo | head -1)$(sed -n 's/^0:://p' /proc/self/cgroup)/cgroup.procs" && echo trapped; sleep 300`
+	s, err := r.Start(ctxT(t), bgjob.Spec{Command: trap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitOutput(t, r, s.ID, "trapped", 1)
+	if s, err = r.Cancel(s.ID); err != nil || s.State != bgjob.Cancelled {
+		t.Errorf("Cancel: %v %v; want cancelled", s.State, err)
+	}
+	// Still alive (this line runs), and back in its own cgroup.
+	if now, _ := os.ReadFile("/proc/self/cgroup"); string(now) != string(home) {
+		t.Errorf("the host's cgroup is now %q; want %q", now, home)
+	}
+}

@@ -181,7 +181,9 @@ func adoptProcess(rec *record, run string, exited func() bool, lim readLimits, c
 	p.pidfd, p.pidfdNum, p.polled, p.adopted, p.markerDir = os.NewFile(uintptr(fd), "pidfd"), fd, true, true, run
 	// Its tree: the cgroup it was spawned into, or its session and its
 	// marker (on processes started since its shell).
-	if _, err := os.Stat(filepath.Join(string(rec.Cgroup), "cgroup.procs")); rec.Cgroup != "" && err == nil {
+	// Only a cgroup in the registry's own folder: a record is data, and a
+	// damaged one must not have the registry kill another cgroup.
+	if _, err := os.Stat(filepath.Join(string(rec.Cgroup), "cgroup.procs")); rec.Cgroup != "" && err == nil && cgs.owns(string(rec.Cgroup)) {
 		p.cgroup, p.cgs = string(rec.Cgroup), cgs
 	} else {
 		p.marker, p.since = rec.Marker, start

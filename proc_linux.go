@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,7 +38,7 @@ type procOS struct {
 	// marker.
 	cgroup string
 	cgs    *cgroups
-	events *os.File // the cgroup's cgroup.events, open from settle to close
+	cg     *jobCgroup // the cgroup as the registry made it (not for an adopted job)
 	marker string
 	since  uint64
 	forks  uint64 // the system's count of created tasks as the job started (0: unknown)
@@ -60,7 +61,7 @@ func containAttr(pl *plan, pidfd *int) (*syscall.SysProcAttr, []string, func(), 
 	sys := &syscall.SysProcAttr{Setsid: true, PidFD: pidfd}
 	if g := pl.cg; g != nil {
 		sys.UseCgroupFD, sys.CgroupFD = true, g.fd
-		return sys, pl.env, func() { unix.Close(g.fd); g.fd = -1 }, nil
+		return sys, pl.env, func() {}, nil
 	}
 	env := pl.env
 	if pl.marker != "" {
@@ -76,12 +77,10 @@ func noCgroupSpawn(err error) bool {
 	return errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP)
 }
 
-// contain records in p what holds its tree, as pl placed it: p takes
-// over the cgroup's events file.
+// contain records in p what holds its tree, as pl placed it.
 func (p *process) contain(pl *plan) {
 	if g := pl.cg; g != nil {
-		p.cgroup, p.cgs, p.events = g.dir, pl.cgs, g.events
-		g.events = nil
+		p.cgroup, p.cgs, p.cg = g.dir, pl.cgs, g
 		return
 	}
 	p.marker = pl.marker
@@ -198,14 +197,15 @@ func (p *process) close() {
 	if p.pidfd != nil {
 		p.pidfd.Close()
 	}
-	if p.events != nil {
-		p.events.Close()
-		p.events = nil
-	}
+
 	for _, f := range p.seen {
 		f.Close()
 	}
-	if p.reaped && p.cgroup != "" && p.cgs != nil {
+	switch {
+	case !p.reaped || p.cgs == nil:
+	case p.cg != nil:
+		p.cgs.recycle(p.cg)
+	case p.cgroup != "":
 		p.cgs.retire(p.cgroup)
 	}
 }
@@ -249,13 +249,18 @@ type member struct{ pid, pgrp, session int }
 
 // members returns the live processes of the job's tree: those of its
 // cgroup, or without one, those of its session and those that carry its
-// marker. Zombies are not members: they hold nothing but a PID.
+// marker. Zombies are not members: they hold nothing but a PID. Nor is the
+// host, which a hostile job may have moved into its cgroup.
 func (p *process) members() []member {
 	var buf [512]byte
+	self := os.Getpid()
 	if p.cgroup != "" {
 		pids := cgroupMembers(p.cgroup)
 		ms := make([]member, 0, len(pids))
 		for _, pid := range pids {
+			if pid == self {
+				continue
+			}
 			if st, ok := readStat(strconv.Itoa(pid), buf[:]); ok && st.live() {
 				ms = append(ms, member{pid, st.pgrp, st.session})
 			}
@@ -293,8 +298,9 @@ func (p *process) members() []member {
 		// A process that left the session: it is the job's if it was
 		// started since the job and carries the job's marker.
 		if st.session == p.pid || (p.marker != "" && st.start >= p.since && hasMarker(name, p.marker)) {
-			pid, _ := strconv.Atoi(name)
-			ms = append(ms, member{pid, st.pgrp, st.session})
+			if pid, _ := strconv.Atoi(name); pid != self {
+				ms = append(ms, member{pid, st.pgrp, st.session})
+			}
 		}
 	}
 	p.see(ms)
@@ -444,7 +450,11 @@ func hasMarker(pid, marker string) bool {
 // A tree that is already gone is not an error.
 func (p *process) signal(kill bool) error {
 	if kill && p.cgroup != "" {
-		return cgroupKill(p.cgroup)
+		home := ""
+		if p.cgs != nil {
+			home = p.cgs.home
+		}
+		return cgroupKill(p.cgroup, home)
 	}
 	sig := unix.SIGTERM
 	if kill {
@@ -454,8 +464,12 @@ func (p *process) signal(kill bool) error {
 	if !p.reaped {
 		groups = append(groups, p.pid)
 	}
+	// Never the host's own group: no process of the job can be in it
+	// (it is of another session), unless a hostile job moved the host
+	// into its cgroup, and the host is not to be stopped with it.
+	own := unix.Getpgrp()
 	for _, m := range p.members() {
-		if m.pgrp > 0 && !slices.Contains(groups, m.pgrp) {
+		if m.pgrp > 0 && m.pgrp != own && !slices.Contains(groups, m.pgrp) {
 			groups = append(groups, m.pgrp)
 		}
 	}
@@ -479,7 +493,7 @@ func (p *process) signal(kill bool) error {
 func (p *process) leftovers() int {
 	switch {
 	case len(p.seen) > 0:
-	case p.cgroup != "" && p.events != nil && !populatedAt(p.events):
+	case p.cg != nil && !populatedAt(p.cg.events):
 		// The cgroup says it is empty: nothing to list.
 		return 0
 	case p.cgroup == "" && p.reaped && lastPID() == p.pid:
@@ -557,6 +571,9 @@ func pidfdExited(f *os.File) bool {
 // pidfd of each member, so it wakes when they die rather than polling.
 func (p *process) awaitEmpty(deadline time.Time) int {
 	n := awaitGone(p.tree, deadline)
+	if n == 0 && p.cgroup != "" && p.cgs != nil && populated(filepath.Join(p.cgroup, "cgroup.events")) && hostIn(p.cgroup) {
+		leave(p.cgroup, p.cgs.home) // a hostile job moved the host in
+	}
 	if n == 0 && p.cgroup != "" && !awaitUnpopulated(p.cgroup, deadline) {
 		return 1 // a process still exiting
 	}
