@@ -270,19 +270,26 @@ func cgroupOf(t *testing.T, pid int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mnt := cgroupMount(t)
+	for _, line := range strings.Split(string(b), "\n") {
+		if rel, ok := strings.CutPrefix(line, "0::"); ok {
+			return filepath.Join(mnt, rel)
+		}
+	}
+	t.Fatal("no cgroup v2 line")
+	return ""
+}
+
+// cgroupMount returns where the cgroup v2 hierarchy is mounted.
+func cgroupMount(t *testing.T) string {
+	t.Helper()
 	mi, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mnt string
 	for _, line := range strings.Split(string(mi), "\n") {
 		if f := strings.Fields(line); len(f) > 8 && strings.Contains(line, " - cgroup2 ") && f[3] == "/" {
-			mnt = f[4]
-		}
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rel, ok := strings.CutPrefix(line, "0::"); ok && mnt != "" {
-			return filepath.Join(mnt, rel)
+			return f[4]
 		}
 	}
 	t.Fatal("no cgroup v2 hierarchy")
@@ -332,6 +339,16 @@ func TestTouchedCgroupIsNotReused(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitOutput(t, r, s.ID, "/", 1)
+	st, _ := r.Status(s.ID)
+	events := filepath.Join(cgroupMount(t), cgroupOfJob(st), "cgroup.events")
+	for end := time.Now().Add(deadline); ; time.Sleep(5 * time.Millisecond) { // watching a state, with a deadline
+		if b, _ := os.ReadFile(events); strings.Contains(string(b), "frozen 1") {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the job did not freeze itself: %s", events)
+		}
+	}
 	if s, err = r.Cancel(s.ID); err != nil || s.State != bgjob.Cancelled {
 		t.Fatalf("Cancel of a frozen job: %v %v", s.State, err)
 	}

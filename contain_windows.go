@@ -292,6 +292,9 @@ func (p *process) close() {
 	}
 }
 
+// keeperOf returns 0: durable mode is unsupported on Windows.
+func (p *process) keeperOf() int { return 0 }
+
 // settle has nothing to prepare: the Job Object is made with the process.
 func (p *process) settle() {}
 

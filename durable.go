@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/zeebo/blake3"
+	"golang.org/x/sys/unix"
 )
 
 // Durable mode keeps, under Config.StateDir:
@@ -43,9 +44,10 @@ const (
 )
 
 var (
-	errGone     = errors.New("bgjob: process gone")
-	errNoMarker = errors.New("bgjob: no exit marker")
-	errReleased = errors.New("bgjob: released by Detach")
+	errGone         = errors.New("bgjob: process gone")
+	errNoMarker     = errors.New("bgjob: no exit marker")
+	errMarkerUnread = errors.New("exit marker unreadable")
+	errReleased     = errors.New("bgjob: released by Detach")
 )
 
 // record is what a run folder's record.json holds. It never holds the
@@ -71,12 +73,17 @@ type record struct {
 	BootID    string `json:"boot_id,omitempty"`
 	// Cgroup is the folder of the job's cgroup, if it has one; Marker
 	// the entry in its environment that marks its processes, if not.
-	Cgroup  rawText   `json:"cgroup,omitempty"`
-	Marker  string    `json:"marker,omitempty"`
-	Started time.Time `json:"started"`
-	Ended   time.Time `json:"ended,omitzero"`
-	Reason  rawText   `json:"reason,omitempty"`
-	Notice  string    `json:"notice,omitempty"` // about leftovers stopped
+	Cgroup rawText `json:"cgroup,omitempty"`
+	Marker string  `json:"marker,omitempty"`
+	// KeeperPID and KeeperStart name the job's keeper (see
+	// durable_io_linux.go), which copies its output to the file once
+	// no host does.
+	KeeperPID   int       `json:"keeper_pid,omitempty"`
+	KeeperStart uint64    `json:"keeper_start,omitempty"`
+	Started     time.Time `json:"started"`
+	Ended       time.Time `json:"ended,omitzero"`
+	Reason      rawText   `json:"reason,omitempty"`
+	Notice      string    `json:"notice,omitempty"` // about leftovers stopped
 	// Pollable: the job's end owes a completion.
 	Pollable bool `json:"pollable"`
 	// Evicted: retention dropped the job while its completion was still
@@ -124,9 +131,14 @@ type store struct {
 	// Set by openStore and never written again.
 	dir  string
 	lock *os.File // StateDir/lock, held (flock) until close
-	key  [32]byte // keys the session folder names
-	lim  readLimits
-	log  *slog.Logger
+	// The lifeline: only the host holds lifeW, so it closes when the
+	// host closes it (close) or dies. The jobs' keepers hold lifeR and
+	// take the jobs' output over then.
+	lifeR, lifeW *os.File
+	watch        *fileWatch // the inotify of adopted jobs' output files, made by restore if needed
+	key          [32]byte   // keys the session folder names
+	lim          readLimits
+	log          *slog.Logger
 
 	mu sync.Mutex // guards runs and trash; a leaf: nothing is taken while it is held
 	// runs maps each job the journal keeps to its run folder's record.
@@ -177,6 +189,15 @@ func openStore(c *Config) (*store, []byte, error) {
 			unlockStateDir(lock)
 		}
 	}()
+	if st.lifeR, st.lifeW, err = os.Pipe(); err != nil {
+		return nil, nil, fmt.Errorf("bgjob: new: lifeline: %w", err)
+	}
+	defer func() {
+		if !ok {
+			st.lifeR.Close()
+			st.lifeW.Close()
+		}
+	}()
 	key := c.IDKey
 	if key == nil {
 		var err error
@@ -217,9 +238,16 @@ func (st *store) close() {
 	lock := st.lock
 	st.lock = nil
 	st.mu.Unlock()
-	if lock != nil {
-		unlockStateDir(lock)
+	if lock == nil {
+		return // closed already
 	}
+	// The keepers of released jobs take their output over now.
+	st.lifeW.Close()
+	st.lifeR.Close()
+	if st.watch != nil {
+		st.watch.close()
+	}
+	unlockStateDir(lock)
 }
 
 // idKey reads the persisted ID key, or makes and persists one.
@@ -314,19 +342,27 @@ func (st *store) writeLocked(rr *runRec) {
 	reserveSpare(filepath.Join(rr.dir, recordFile+".tmp"), int64(len(b))+1024)
 }
 
+// errUnreadable marks a record that cannot be read or is corrupt (and is
+// then quarantined), as opposed to one that could not be read now (no
+// descriptor left, say), which fails New instead.
+var errUnreadable = errors.New("unreadable record")
+
 // readRecord reads and checks a run folder's record, which must name the
 // folder's job and generation.
 func readRecord(run string) (*record, error) {
 	b, err := os.ReadFile(filepath.Join(run, recordFile))
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.EISDIR) {
+		return nil, fmt.Errorf("%w: %w", errUnreadable, err)
+	}
 	if err != nil {
 		return nil, err
 	}
 	rec, err := decodeRecord(b)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", errUnreadable, err)
 	}
 	if filepath.Base(run) != string(rec.ID)+"."+strconv.FormatUint(rec.Gen, 10) {
-		return nil, fmt.Errorf("record of %s.%d in folder %s", rec.ID, rec.Gen, filepath.Base(run))
+		return nil, fmt.Errorf("%w: record of %s.%d in folder %s", errUnreadable, rec.ID, rec.Gen, filepath.Base(run))
 	}
 	return rec, nil
 }
@@ -360,14 +396,19 @@ func parseState(s string) State {
 	return -1
 }
 
-// readMarker reads the exit code the wrapper shell left in run.
-func readMarker(run string) (int, bool) {
+// readMarker reads the exit code the wrapper shell left in run: ok is
+// false if there is none (or it is not a number), and err says that it
+// could not be read now.
+func readMarker(run string) (code int, ok bool, err error) {
 	b, err := os.ReadFile(filepath.Join(run, markerFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, false, nil
+	}
 	if err != nil {
-		return 0, false
+		return 0, false, err
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	return n, err == nil
+	return n, err == nil, nil
 }
 
 // get returns j's record, or nil if the journal keeps none for it.
@@ -422,7 +463,7 @@ func (st *store) wrap(j *job, pl *plan) error {
 	if err := prepareMarker(rr.dir); err != nil {
 		return fmt.Errorf("exit marker: %w", err)
 	}
-	pl.output = outputPlan{file: filepath.Join(rr.dir, outputFile), exited: j.exited.Load, lim: st.lim}
+	pl.output = outputPlan{file: filepath.Join(rr.dir, outputFile), lim: st.lim, lifeline: st.lifeR, log: st.log}
 	pl.argv = wrapArgv(rr.dir, pl.argv)
 	return nil
 }
@@ -443,6 +484,10 @@ func (st *store) started(j *job, p *process) {
 		rr.rec.Cgroup = rawText(where)
 	} else {
 		rr.rec.Marker = where
+	}
+	if k := p.keeperOf(); k > 0 {
+		rr.rec.KeeperPID = k
+		rr.rec.KeeperStart, _, _ = procStart(k)
 	}
 	st.writeLocked(rr)
 }
@@ -565,8 +610,7 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 		sdir := filepath.Join(st.dir, sessionsDir, s.Name())
 		runs, err := os.ReadDir(sdir)
 		if err != nil {
-			st.log.Warn("bgjob: replay", "err", err)
-			continue
+			return nil, fmt.Errorf("replay: %w", err)
 		}
 		for _, e := range runs {
 			if !e.IsDir() {
@@ -574,9 +618,12 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 			}
 			run := filepath.Join(sdir, e.Name())
 			rec, err := readRecord(run)
-			if err != nil {
+			if errors.Is(err, errUnreadable) {
 				st.quarantine(run, s.Name()+"-"+e.Name(), err)
 				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("replay %s: %w", e.Name(), err)
 			}
 			rr := &runRec{dir: run, rec: *rec}
 			j := &job{
@@ -595,7 +642,12 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 				o = outcome{state: Failed, exitCode: exitUnknown, reason: "spawn aborted"}
 			case Running.String():
 				if rec.BootID == boot {
-					p, rd, err := adoptProcess(rec, run, j.exited.Load, st.lim, r.cg)
+					if st.watch == nil {
+						if st.watch, err = newFileWatch(); err != nil {
+							return nil, fmt.Errorf("adopt %s: %w", rec.ID, err)
+						}
+					}
+					p, rd, err := adoptProcess(rec, run, j.exited.Load, st.lim, r.cg, st.watch)
 					if err != nil && err != errGone {
 						return nil, fmt.Errorf("adopt %s (process %d): %w", rec.ID, rec.PID, err)
 					}
@@ -618,9 +670,13 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 						continue
 					}
 				}
-				if code, ok := readMarker(run); ok {
+				code, ok, err := readMarker(run)
+				switch {
+				case err != nil:
+					return nil, fmt.Errorf("replay %s: exit marker: %w", rec.ID, err)
+				case ok:
 					o = outcome{state: Exited, exitCode: code}
-				} else {
+				default:
 					o = outcome{state: Failed, exitCode: exitUnknown, reason: "lost"}
 				}
 				// Its shell is gone; what it left must go too. Its
@@ -655,7 +711,9 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 				gone = append(gone, j)
 				continue
 			}
-			j.fin = r.rebuild(j, run, o.notice)
+			if j.fin, err = r.rebuild(j, run, o.notice); err != nil {
+				return nil, fmt.Errorf("replay %s: output: %w", rec.ID, err)
+			}
 			if old := byID[j.id]; old == nil || old.gen < j.gen {
 				if old != nil {
 					gone = append(gone, old)
@@ -693,9 +751,13 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 
 // rebuild makes a replayed job's final output from its output file: the
 // head and the tail, through the same buffer and admission as a live job.
-func (r *Registry) rebuild(j *job, run, notice string) *final {
+func (r *Registry) rebuild(j *job, run, notice string) (*final, error) {
 	b := newOutbuf(r.cfg.HeadBytes, r.cfg.TailBytes)
-	if f, err := os.Open(filepath.Join(run, outputFile)); err == nil {
+	f, err := os.Open(filepath.Join(run, outputFile))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	if err == nil {
 		if fi, err := f.Stat(); err == nil {
 			size := fi.Size()
 			head := min(size, int64(r.cfg.HeadBytes))
@@ -712,7 +774,7 @@ func (r *Registry) rebuild(j *job, run, notice string) *final {
 		}
 		f.Close()
 	}
-	return r.admitFinal(j, b.view(), notice)
+	return r.admitFinal(j, b.view(), notice), nil
 }
 
 // quarantine moves an unreadable run folder out of the way and logs it.

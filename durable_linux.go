@@ -1,15 +1,12 @@
 package bgjob
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -119,22 +116,6 @@ func prepareMarker(dir string) error {
 	return nil
 }
 
-// openOutputFile opens o.file for the child to append its stdout and
-// stderr to (O_APPEND), so the child writes its output to disk itself,
-// and a reader that follows the file.
-func openOutputFile(o *outputPlan) (int, outputReader, error) {
-	out, err := unix.Open(o.file, unix.O_WRONLY|unix.O_CREAT|unix.O_APPEND|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return -1, nil, fmt.Errorf("output: %w", err)
-	}
-	rd, err := newFileReader(o.file, o.exited, o.lim)
-	if err != nil {
-		unix.Close(out)
-		return -1, nil, fmt.Errorf("output: %w", err)
-	}
-	return out, rd, nil
-}
-
 // bootID names this boot of the machine, so a start time (counted from
 // boot) is never compared across boots.
 func bootID() string {
@@ -145,7 +126,7 @@ func bootID() string {
 // adoptProcess takes over the running job of a record: its process, which
 // must still be the one that started at the recorded start time, and its
 // tree. It fails with errGone if that process is no longer running.
-func adoptProcess(rec *record, run string, exited func() bool, lim readLimits, cgs *cgroups) (*process, outputReader, error) {
+func adoptProcess(rec *record, run string, exited func() bool, lim readLimits, cgs *cgroups, w *fileWatch) (*process, outputReader, error) {
 	pid, start := rec.PID, rec.StartTime
 	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 	if err == unix.ESRCH || err == unix.EINVAL {
@@ -172,13 +153,25 @@ func adoptProcess(rec *record, run string, exited func() bool, lim readLimits, c
 		unix.Close(fd)
 		return nil, nil, errGone
 	}
-	rd, err := newFileReader(filepath.Join(run, outputFile), exited, lim)
+	// Its keeper, if it runs: the job's output is all in the file only
+	// once the keeper has copied the pipe's last bytes and exited.
+	k, err := adoptKeeper(rec.KeeperPID, rec.KeeperStart)
 	if err != nil {
 		unix.Close(fd)
+		return nil, nil, fmt.Errorf("keeper: %w", err)
+	}
+	done := func() bool { return exited() && k.exited() }
+	rd, err := newFileReader(filepath.Join(run, outputFile), done, lim, w)
+	if err != nil {
+		unix.Close(fd)
+		if k != nil {
+			k.reap(false)
+		}
 		return nil, nil, fmt.Errorf("output: %w", err)
 	}
 	p := &process{pid: pid}
 	p.pidfd, p.pidfdNum, p.polled, p.adopted, p.markerDir = os.NewFile(uintptr(fd), "pidfd"), fd, true, true, run
+	p.keeper = k
 	// Its tree: the cgroup it was spawned into, or its session and its
 	// marker (on processes started since its shell).
 	// Only a cgroup in the registry's own folder: a record is data, and a
@@ -189,6 +182,34 @@ func adoptProcess(rec *record, run string, exited func() bool, lim readLimits, c
 		p.marker, p.since = rec.Marker, start
 	}
 	return p, rd, nil
+}
+
+// adoptKeeper finds the keeper of an adopted job: process pid, if it is
+// still the one that started at start; nil if it is gone (or there was
+// none: a record of a version without keepers).
+func adoptKeeper(pid int, start uint64) (*keeper, error) {
+	if pid <= 0 {
+		return nil, nil
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err == unix.ESRCH || err == unix.EINVAL {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pidfd_open: %w", err)
+	}
+	st, zombie, err := procStart(pid)
+	if err != nil && err != errGone {
+		unix.Close(fd)
+		return nil, err
+	}
+	if err == errGone || st != start || zombie {
+		unix.Close(fd)
+		return nil, nil
+	}
+	// It may be the host's child (a Registry of this process detached
+	// it): then it is reaped at the job's end.
+	return &keeper{pid: pid, pidfd: os.NewFile(uintptr(fd), "pidfd"), child: true}, nil
 }
 
 // stopMarked stops the processes that a job contained by its session
@@ -238,107 +259,14 @@ func reapAdopted(p *process) (int, error) {
 			unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG, nil)
 		})
 	}
-	code, ok := readMarker(p.markerDir)
-	if !ok {
+	code, ok, err := readMarker(p.markerDir)
+	switch {
+	case err != nil:
+		return exitUnknown, fmt.Errorf("%w: %w", errMarkerUnread, err)
+	case !ok:
 		return exitUnknown, errNoMarker
 	}
 	return code, nil
-}
-
-// fileReader follows a job's output file. At the end of the file it waits
-// for an inotify event on it (the read deadline applies to that wait) and
-// reports io.EOF once the shell has exited. While it reads, it keeps the
-// file's disk use bounded by punching holes into the part between the head
-// and the tail that it has read already; offsets stay those of the stream.
-type fileReader struct {
-	f      *os.File // the output file, read and write (punching needs write)
-	in     *os.File // the inotify instance, non-blocking, in the poller
-	exited func() bool
-	ev     []byte
-	lim    readLimits
-	off    int64 // bytes read
-	hole   int64 // the end of the punched range; its start is lim.keep
-}
-
-// readLimits bounds a job's output file on disk.
-type readLimits struct {
-	keep int64 // the head, rounded up: never punched
-	tail int64 // bytes before the read offset that are never punched
-	max  int64 // the disk use that triggers a punch
-}
-
-func newFileReader(name string, exited func() bool, lim readLimits) (*fileReader, error) {
-	f, err := os.OpenFile(name, os.O_RDWR, 0)
-	if err != nil {
-		return nil, err
-	}
-	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("inotify: %w", err)
-	}
-	if _, err := unix.InotifyAddWatch(fd, name, unix.IN_MODIFY|unix.IN_CLOSE_WRITE); err != nil {
-		unix.Close(fd)
-		f.Close()
-		return nil, fmt.Errorf("inotify: %w", err)
-	}
-	// Non-blocking, so os.NewFile puts it in the poller and read
-	// deadlines work on it.
-	return &fileReader{f: f, in: os.NewFile(uintptr(fd), "inotify"), exited: exited,
-		ev: make([]byte, 4096), lim: lim, hole: lim.keep}, nil
-}
-
-func (r *fileReader) Read(p []byte) (int, error) {
-	for {
-		n, err := r.f.Read(p)
-		if n > 0 {
-			r.off += int64(n)
-			r.punch()
-			return n, nil
-		}
-		if err != nil && err != io.EOF {
-			return 0, err
-		}
-		if r.exited() {
-			// What the shell wrote just before it exited.
-			if n, _ := r.f.Read(p); n > 0 {
-				r.off += int64(n)
-				return n, nil
-			}
-			return 0, io.EOF
-		}
-		// The watch predates the child, and events queue: a write after
-		// the read above is never missed.
-		if _, err := r.in.Read(r.ev); err != nil {
-			return 0, err
-		}
-	}
-}
-
-// punch frees the disk blocks of output that has been read and lies
-// between the kept head and the last lim.tail bytes read, once the file
-// uses more than lim.max bytes. FALLOC_FL_KEEP_SIZE keeps the file's size
-// and so every offset; the holes read as zeros and only ever fall where
-// the registry drops bytes anyway.
-func (r *fileReader) punch() {
-	if r.lim.max <= 0 || r.lim.keep+(r.off-r.hole) <= r.lim.max {
-		return
-	}
-	to := (r.off - r.lim.tail) &^ 4095
-	if to <= r.hole {
-		return
-	}
-	if err := unix.Fallocate(int(r.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, r.hole, to-r.hole); err != nil {
-		r.lim.max = 0 // not supported by this file system: stop trying
-		return
-	}
-	r.hole = to
-}
-
-func (r *fileReader) SetReadDeadline(t time.Time) error { return r.in.SetReadDeadline(t) }
-
-func (r *fileReader) Close() error {
-	return errors.Join(r.in.Close(), r.f.Close())
 }
 
 // reserveSpare allocates, without changing its size, room for n bytes in

@@ -447,6 +447,11 @@ func TestDurableHost(t *testing.T) {
 		"running":  "echo running; sleep 60",      // adopted
 		"killed":   "echo killed; sleep 60",       // SIGKILLed while down: lost
 		"signaled": "echo sig; sleep 60",          // SIGTERMed while down: 143
+		// Writers that open /dev/stderr by name, before and after the
+		// crash, and a flood written while no host reads.
+		"stderr": "echo one; echo two >/dev/stderr; echo three; sleep 1; echo four >/dev/stderr; echo five; exit 2",
+		"tee":    "echo alpha; echo beta | tee /dev/stderr >/dev/null; echo gamma; sleep 1; echo delta | tee /dev/stderr >/dev/null",
+		"flood":  "echo start; sleep 1; yes 0123456789abcdef | head -c 3000000; echo; echo end",
 	} {
 		s, err := r.Start(context.Background(), bgjob.Spec{Command: cmd, Session: "s"})
 		if err != nil {
@@ -504,8 +509,8 @@ func TestDurableCrash(t *testing.T) {
 			t.Fatal(sc.Text())
 		}
 	}
-	if len(jobs) != 5 {
-		t.Fatalf("host started %d jobs; want 5", len(jobs))
+	if len(jobs) != 8 {
+		t.Fatalf("host started %d jobs; want 8", len(jobs))
 	}
 	host.Process.Kill()
 	host.Wait()
@@ -518,13 +523,17 @@ func TestDurableCrash(t *testing.T) {
 	// While the host is down: one job ends by itself, one is killed
 	// outright, one is stopped politely.
 	waitExit(t, jobs["later"].pid)
+	for _, name := range []string{"stderr", "tee", "flood"} {
+		waitExit(t, jobs[name].pid)
+	}
 	syscall.Kill(-jobs["killed"].pid, syscall.SIGKILL)
 	waitExit(t, jobs["killed"].pid)
 	syscall.Kill(-jobs["signaled"].pid, syscall.SIGTERM)
 	waitExit(t, jobs["signaled"].pid)
 
-	cfg := bgjob.Config{StateDir: dir, KillGrace: 500 * time.Millisecond}
+	cfg := bgjob.Config{StateDir: dir, KillGrace: 500 * time.Millisecond, HeadBytes: 4 << 20}
 	r := newRegistry(t, cfg)
+	flood := "start\n" + strings.Repeat("0123456789abcdef\n", 3000000/17) + "0123456789abcdef\n"[:3000000%17] + "\nend\n"
 	for _, tc := range []struct {
 		name   string
 		state  bgjob.State
@@ -536,6 +545,9 @@ func TestDurableCrash(t *testing.T) {
 		{"later", bgjob.Exited, 5, "later\n", ""},
 		{"killed", bgjob.Failed, -1, "killed\n", "lost"},
 		{"signaled", bgjob.Exited, 143, "sig\n", ""},
+		{"stderr", bgjob.Exited, 2, "one\ntwo\nthree\nfour\nfive\n", ""},
+		{"tee", bgjob.Exited, 0, "alpha\nbeta\ngamma\ndelta\n", ""},
+		{"flood", bgjob.Exited, 0, flood, ""},
 		{"running", bgjob.Running, -1, "running\n", ""},
 	} {
 		var s bgjob.Snapshot
@@ -548,7 +560,7 @@ func TestDurableCrash(t *testing.T) {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		if s.State != tc.state || s.ExitCode != tc.code || s.Output.Text != tc.text || s.Reason != tc.reason {
-			t.Errorf("%s: got %v %d %q %q; want %v %d %q %q", tc.name, s.State, s.ExitCode, s.Output.Text, s.Reason, tc.state, tc.code, tc.text, tc.reason)
+			t.Errorf("%s: got %v %d %.200q %q; want %v %d %.200q %q", tc.name, s.State, s.ExitCode, s.Output.Text, s.Reason, tc.state, tc.code, tc.text, tc.reason)
 		}
 	}
 	if n := r.Running(); n != 1 {
@@ -562,13 +574,13 @@ func TestDurableCrash(t *testing.T) {
 		return m
 	}
 	got := completions(r)
-	for _, name := range []string{"done", "later", "killed", "signaled"} {
+	for _, name := range []string{"done", "later", "killed", "signaled", "stderr", "tee", "flood"} {
 		if got[jobs[name].id] != 1 {
 			t.Errorf("%s: %d completions; want 1", name, got[jobs[name].id])
 		}
 	}
-	if len(got) != 4 {
-		t.Errorf("completions %v; want 4", got)
+	if len(got) != 7 {
+		t.Errorf("completions %v; want 7", got)
 	}
 	c, err := r.Cancel(jobs["running"].id)
 	if err != nil {

@@ -18,17 +18,20 @@ func durableCheck() error {
 
 type readLimits struct{ keep, tail, max int64 }
 
+func bootID() string { return "" }
+
 func wrapArgv(string, []string) []string { return nil }
 
 func prepareMarker(string) error { return ErrUnsupported }
 
-func openOutputFile(*outputPlan) (int, outputReader, error) { return -1, nil, ErrUnsupported }
-
 func procStart(int) (uint64, bool, error) { return 0, false, errGone }
 
-func bootID() string { return "" }
+type fileWatch struct{}
 
-func adoptProcess(*record, string, func() bool, readLimits, *cgroups) (*process, outputReader, error) {
+func newFileWatch() (*fileWatch, error) { return nil, ErrUnsupported }
+func (*fileWatch) close()               {}
+
+func adoptProcess(*record, string, func() bool, readLimits, *cgroups, *fileWatch) (*process, outputReader, error) {
 	return nil, nil, errGone
 }
 

@@ -3,7 +3,9 @@ package bgjob
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -49,13 +51,15 @@ type plan struct {
 	marker string
 }
 
-// outputPlan says where a job's stdout and stderr go: the zero value is a
-// pipe the host reads; with file set, a file the job appends to itself
-// and the host follows (durable mode).
+// outputPlan says where a job's stdout and stderr go: always a pipe the
+// host reads; in durable mode (file set) the host also copies it into a
+// file as it reads it, and a keeper process holding the lifeline takes
+// the pipe over if the host goes away (see durable_io_linux.go).
 type outputPlan struct {
-	file   string      // the file; "" for a pipe
-	exited func() bool // tells the file's reader that the shell has exited
-	lim    readLimits  // bounds the file on disk while the host reads it
+	file     string       // the output file; "" for none
+	lim      readLimits   // bounds the file on disk
+	lifeline *os.File     // the read end of the registry's lifeline, for the keeper
+	log      *slog.Logger // for a file that cannot be written
 }
 
 // launch validates spec and either joins the running job of the same ID or

@@ -30,6 +30,8 @@ type muxReader struct {
 	pipe  int // the pipe's read end, non-blocking; owned
 	pidfd int // the shell's pidfd while in the set, else -1; borrowed
 
+	tee *tee // durable mode: copies the output into the run's file as it is read
+
 	pipeDone bool // EOF or a read error
 	exited   bool // the shell has exited
 	reported bool // errExited was returned
@@ -120,7 +122,11 @@ func (m *muxReader) Read(b []byte) (n int, err error) {
 			return true
 		}
 		if !m.pipeDone {
-			n, err = ignoringEINTR(m.pipe, b)
+			if m.tee != nil {
+				n, err = m.tee.take(m.pipe, b)
+			} else {
+				n, err = ignoringEINTR(m.pipe, b)
+			}
 			switch {
 			case n > 0:
 				if n == len(b) && n >= loud && !m.grown {
@@ -227,9 +233,33 @@ func exitedNow(pidfd int) bool {
 
 func (m *muxReader) SetReadDeadline(t time.Time) error { return m.set.SetReadDeadline(t) }
 
-// Close closes the set and the pipe; the pidfd belongs to the process.
+// Close closes the set, the pipe and the output file; the pidfd belongs
+// to the process.
 func (m *muxReader) Close() error {
 	err := m.set.Close()
 	unix.Close(m.pipe)
+	if m.tee != nil {
+		m.tee.close()
+	}
 	return err
+}
+
+// teeInto has rd, a pipe's reader, copy what it reads into the output
+// file o.file (see tee).
+func teeInto(rd outputReader, o *outputPlan) error {
+	t, err := openTee(o.file, o.lim, o.log)
+	if err != nil {
+		return err
+	}
+	rd.(*muxReader).tee = t
+	return nil
+}
+
+// startKeeperOf starts the keeper of a durable job whose output rd reads,
+// or returns nil outside durable mode.
+func startKeeperOf(rd outputReader, o *outputPlan) (*keeper, error) {
+	if o.lifeline == nil {
+		return nil, nil
+	}
+	return startKeeper(rd.(*muxReader).pipe, o.file, int(o.lifeline.Fd()))
 }

@@ -33,6 +33,23 @@ func (p *process) contain(*plan) {}
 // settle has nothing to prepare here.
 func (p *process) settle() {}
 
+// keeper is durable mode's keeper of a job's output: none here.
+type keeper struct{}
+
+func (*keeper) stop() {}
+
+// keep: durable mode is unsupported here.
+func (p *process) keep(*keeper) {}
+
+// keeperOf returns 0: durable mode is unsupported here.
+func (p *process) keeperOf() int { return 0 }
+
+// teeInto: durable mode is unsupported here.
+func teeInto(outputReader, *outputPlan) error { return ErrUnsupported }
+
+// startKeeperOf: durable mode is unsupported here.
+func startKeeperOf(outputReader, *outputPlan) (*keeper, error) { return nil, nil }
+
 // containment says what holds p's tree: its session.
 func (p *process) containment() (Containment, string) { return ContainSession, "" }
 

@@ -41,8 +41,9 @@ type procOS struct {
 	cg     *jobCgroup // the cgroup as the registry made it (not for an adopted job)
 	marker string
 	since  uint64
-	forks  uint64 // the system's count of created tasks as the job started (0: unknown)
-	reaped bool   // the shell was reaped: its PID may be reused
+	forks  uint64  // the system's count of created tasks as the job started (0: unknown)
+	reaped bool    // the shell was reaped: its PID may be reused
+	keeper *keeper // durable mode: the keeper of the job's output
 	// seen holds a pidfd of each member seen while the job ends, and
 	// sessions the sessions they were in: a process once seen stays in
 	// the tree until it exits, even if it can no longer be recognised
@@ -170,6 +171,17 @@ func (p *process) watchPidfd(pidfd int, poll bool) {
 	}
 }
 
+// keep gives p the keeper of its output, if it has one.
+func (p *process) keep(k *keeper) { p.keeper = k }
+
+// keeperOf returns the PID of p's keeper, or 0.
+func (p *process) keeperOf() int {
+	if p.keeper == nil {
+		return 0
+	}
+	return p.keeper.pid
+}
+
 // releasable reports whether a wait on p can be ended by unwatch: it
 // waits on a pidfd.
 func (p *process) releasable() bool { return p.pidfd != nil }
@@ -196,6 +208,17 @@ func (p *process) reap() (int, error) {
 func (p *process) close() {
 	if p.pidfd != nil {
 		p.pidfd.Close()
+	}
+	switch k := p.keeper; {
+	case k == nil:
+	case !p.reaped:
+		// Released: the keeper takes the output over when the
+		// lifeline closes.
+		k.reap(false)
+	case p.adopted:
+		k.reap(false) // it has exited: the reader waited for it
+	default:
+		k.stop()
 	}
 
 	for _, f := range p.seen {

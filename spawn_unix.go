@@ -41,15 +41,24 @@ func startJob(pl *plan) (*process, outputReader, error) {
 	if pl.stdin != "" {
 		defer unix.Close(in) // the shared /dev/null stays open
 	}
+	k, err := startKeeperOf(rd, &pl.output)
+	if err != nil {
+		rd.Close()
+		return nil, nil, fmt.Errorf("keeper: %w", err)
+	}
 	p, err := forkJob(pl, in, out, pollPidfd(rd))
 	if err != nil {
+		if k != nil {
+			k.stop()
+		}
 		rd.Close()
 		return nil, nil, err
 	}
+	p.keep(k)
 	if pl.output.file != "" && !p.releasable() {
 		// Detach could not end a wait on this process.
 		p.signal(true)
-		p.reapChild()
+		p.reap()
 		p.close()
 		rd.Close()
 		return nil, nil, fmt.Errorf("no pidfd: %w", ErrUnsupported)
@@ -61,9 +70,6 @@ func startJob(pl *plan) (*process, outputReader, error) {
 // descriptor for the child, which the caller closes once the child has
 // it, and the reader for the host.
 func openOutput(o *outputPlan) (int, outputReader, error) {
-	if o.file != "" {
-		return openOutputFile(o)
-	}
 	// The write end stays a raw, blocking descriptor, as a child's stdout
 	// should be; only the read end is non-blocking, waited on through
 	// the runtime's poller (see newPipeReader), so that reads can have
@@ -82,6 +88,13 @@ func openOutput(o *outputPlan) (int, outputReader, error) {
 	if err != nil {
 		unix.Close(pfd[1])
 		return -1, nil, fmt.Errorf("pipe: %w", err)
+	}
+	if o.file != "" {
+		if err := teeInto(rd, o); err != nil {
+			rd.Close()
+			unix.Close(pfd[1])
+			return -1, nil, fmt.Errorf("output: %w", err)
+		}
 	}
 	return pfd[1], rd, nil
 }

@@ -285,6 +285,10 @@ func (s *supervisor) end() {
 		// An adopted shell that died without writing its exit marker
 		// (SIGKILL from outside): how it ended is unknown.
 		o.state, o.reason = Failed, "lost"
+	case errors.Is(err, errMarkerUnread):
+		// The marker is there, but could not be read now: the record
+		// says so, and the marker stays for a look.
+		o.state, o.reason = Failed, err.Error()
 	case err != nil:
 		s.r.cfg.Logger.Warn("bgjob: reap", "id", j.id, "pid", p.pid, "err", err)
 	}
