@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -210,8 +211,8 @@ func newToken(t *testing.T) string {
 // wherever it goes.
 func markedSleeper(token string) string { return helperCmd("sleep", "300000", token) }
 
-// marked returns the live (non-zombie) processes whose command line holds
-// token, anywhere on the machine.
+// marked returns the live (non-zombie) processes that have token as an
+// argument, anywhere on the machine.
 func marked(token string) []int {
 	ents, _ := os.ReadDir("/proc")
 	var pids []int
@@ -221,7 +222,7 @@ func marked(token string) []int {
 			continue
 		}
 		cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil || !bytes.Contains(cmd, []byte(token)) {
+		if err != nil || !slices.Contains(strings.Split(string(cmd), "\x00"), token) {
 			continue
 		}
 		st, err := os.ReadFile("/proc/" + e.Name() + "/stat")
