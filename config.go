@@ -160,7 +160,8 @@ type Config struct {
 	// their session (see ContainSession). "off" never makes a cgroup.
 	// An absolute path names the cgroup v2 folder to make the
 	// registry's folder in; New fails if it cannot. The registry's
-	// folder is bgjob-PID-START (the host's PID and start time), or
+	// folder is bgjob-PID-START-X (the host's PID and start time, and a
+	// random name of its own), or
 	// bgjob-state-HASH in durable mode, so that a later Registry on the
 	// same StateDir finds its jobs; each job's cgroup is a folder in it.
 	// New removes the folders that a host which died left behind,

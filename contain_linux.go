@@ -65,6 +65,7 @@ type cgroups struct {
 	off    atomic.Bool // set by disable: make no more job cgroups
 	in     *os.File    // the inotify instance watching the job cgroups, or nil
 	home   string      // the host's own cgroup folder at New, or "" if unknown
+	guard  *guard      // memory mode: stops the jobs if the host dies
 
 	mu   sync.Mutex           // guards the fields below; taken after Registry.mu and job.mu, if at all
 	free []*jobCgroup         // empty, untouched job cgroups, for the next launches
@@ -103,6 +104,19 @@ func (g *jobCgroup) closeFiles() {
 // hierarchy that cannot be written means no cgroups, which is not an
 // error; with a path it is.
 func openCgroups(c *Config) (*cgroups, error) {
+	cg, err := openCgroupFolder(c)
+	if err != nil || c.StateDir != "" {
+		return cg, err // in durable mode, jobs outlive their host on purpose
+	}
+	if cg.guard, err = startGuard(cg.dir, markerVar+"="+cg.token+".", c.KillGrace); err != nil {
+		cg.close()
+		return nil, fmt.Errorf("bgjob: new: guard: %w", err)
+	}
+	return cg, nil
+}
+
+// openCgroupFolder is openCgroups but for the guard.
+func openCgroupFolder(c *Config) (*cgroups, error) {
 	var tok [8]byte
 	rand.Read(tok[:])
 	cg := &cgroups{token: hex.EncodeToString(tok[:]), prefix: hex.EncodeToString(tok[:4]), log: c.Logger, byWD: make(map[int32]*jobCgroup)}
@@ -121,7 +135,7 @@ func openCgroups(c *Config) (*cgroups, error) {
 		}
 	}
 	reapDeadHosts(parent, c.Logger)
-	dir := filepath.Join(parent, registryCgroupName(c.StateDir))
+	dir := filepath.Join(parent, registryCgroupName(c.StateDir, cg.prefix))
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		if c.Cgroup != "" {
 			return nil, configError("Cgroup", "%v", err)
@@ -140,15 +154,16 @@ func openCgroups(c *Config) (*cgroups, error) {
 }
 
 // registryCgroupName names a registry's folder: by the host's PID and
-// start time, or, in durable mode, by the state directory, so that the
+// start time and the registry's own random prefix (a host may run several
+// registries), or, in durable mode, by the state directory, so that the
 // next host on it finds the cgroups of the jobs it adopts.
-func registryCgroupName(stateDir string) string {
+func registryCgroupName(stateDir, prefix string) string {
 	if stateDir != "" {
 		sum := blake3.Sum256([]byte(stateDir))
 		return "bgjob-state-" + hex.EncodeToString(sum[:8])
 	}
 	start, _, _ := procStart(os.Getpid())
-	return "bgjob-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(start, 10)
+	return "bgjob-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(start, 10) + "-" + prefix
 }
 
 // ownCgroup returns the folder of the host's own cgroup in a mounted
@@ -212,7 +227,7 @@ func unescapeMount(s string) string {
 
 // reapDeadHosts kills what the registries of hosts that are gone left in
 // parent, and removes their folders. Only folders named as a memory-mode
-// registry names its own (bgjob-PID-START) are touched, and only when no
+// registry names its own (bgjob-PID-START-X) are touched, and only when no
 // process with that PID and start time runs.
 func reapDeadHosts(parent string, log *slog.Logger) {
 	ents, err := os.ReadDir(parent)
@@ -234,7 +249,7 @@ func reapDeadHosts(parent string, log *slog.Logger) {
 }
 
 // parseHostCgroup reads the PID and start time from a memory-mode
-// registry's folder name.
+// registry's folder name, bgjob-PID-START-PREFIX.
 func parseHostCgroup(name string) (pid int, start uint64, ok bool) {
 	rest, ok := strings.CutPrefix(name, "bgjob-")
 	if !ok {
@@ -244,6 +259,7 @@ func parseHostCgroup(name string) (pid int, start uint64, ok bool) {
 	if !ok {
 		return 0, 0, false
 	}
+	s, _, _ = strings.Cut(s, "-")
 	pid, err1 := strconv.Atoi(p)
 	start, err2 := strconv.ParseUint(s, 10, 64)
 	return pid, start, err1 == nil && err2 == nil && pid > 0
@@ -458,6 +474,10 @@ func (c *cgroups) tidy() {
 // retired job cgroups, the spare and the folder itself. In durable mode
 // the folder stays while it holds the cgroups of released jobs.
 func (c *cgroups) close() {
+	if c.guard != nil {
+		c.guard.dismiss()
+		c.guard = nil
+	}
 	if c.dir == "" {
 		return
 	}

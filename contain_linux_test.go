@@ -88,7 +88,10 @@ func TestEscapersAreStopped(t *testing.T) {
 						if s.Containment != mode.want {
 							t.Fatalf("containment %v; want %v", s.Containment, mode.want)
 						}
-						awaitMarked(t, token, esc.n)
+						awaitMarked(t, token, esc.n, func() string {
+							s, err := r.Status(s.ID)
+							return fmt.Sprintf("job %v %d %q %q (%v)", s.State, s.ExitCode, s.Reason, s.Output.Text, err)
+						})
 						switch {
 						case esc.exits && stop != "close" && stop != "shell-exits":
 							// It ended by itself: what it left was stopped.
@@ -235,7 +238,7 @@ func TestDeadHostCgroupIsCleared(t *testing.T) {
 	defer os.Remove(parent)
 	// A folder named as a registry of a host that is gone (PID 1 with
 	// another start time), holding a live process.
-	dead := filepath.Join(parent, "bgjob-1-999999999")
+	dead := filepath.Join(parent, "bgjob-1-999999999-0badc0de")
 	job := filepath.Join(dead, "job")
 	if err := os.MkdirAll(job, 0o755); err != nil {
 		t.Fatal(err)

@@ -14,11 +14,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
 	"github.com/zeebo/blake3"
-	"golang.org/x/sys/unix"
 )
 
 // Durable mode keeps, under Config.StateDir:
@@ -351,7 +351,7 @@ var errUnreadable = errors.New("unreadable record")
 // folder's job and generation.
 func readRecord(run string) (*record, error) {
 	b, err := os.ReadFile(filepath.Join(run, recordFile))
-	if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.EISDIR) {
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.EISDIR) {
 		return nil, fmt.Errorf("%w: %w", errUnreadable, err)
 	}
 	if err != nil {

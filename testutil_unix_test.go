@@ -237,15 +237,20 @@ func marked(token string) []int {
 	return pids
 }
 
-// awaitMarked waits until n processes carry token.
-func awaitMarked(t *testing.T, token string, n int) {
+// awaitMarked waits until n processes carry token. If they never do, the
+// failure shows what describe returns (the job's snapshot, say).
+func awaitMarked(t *testing.T, token string, n int, describe ...func() string) {
 	t.Helper()
 	for end := time.Now().Add(deadline); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
 		if len(marked(token)) >= n {
 			return
 		}
 	}
-	t.Fatalf("%d processes carry %s; want %d", len(marked(token)), token, n)
+	var more string
+	for _, d := range describe {
+		more += "; " + d()
+	}
+	t.Fatalf("%d processes carry %s; want %d%s", len(marked(token)), token, n, more)
 }
 
 // assertNoneMarked fails the test if a live process carries token; it
