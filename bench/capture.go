@@ -99,8 +99,17 @@ func capture(impl string, n int64) (int64, error) {
 		if st := <-status; st.Error != nil || st.Exit != 0 {
 			return 0, fmt.Errorf("%v, exit %d", st.Error, st.Exit)
 		}
-	case "bgjob":
-		r := newRegistry(bgjob.Config{})
+	case "bgjob", "bgjob-durable":
+		cfg := bgjob.Config{}
+		if impl == "bgjob-durable" {
+			dir, err := os.MkdirTemp("", "bgjob-bench-state-")
+			if err != nil {
+				return 0, err
+			}
+			defer os.RemoveAll(dir)
+			cfg.StateDir = dir
+		}
+		r := newRegistry(cfg)
 		defer closeRegistry(r)
 		res, err := r.RunForeground(context.Background(), bgjob.Spec{Command: command},
 			bgjob.Foreground{SoftCap: 10 * time.Minute})
@@ -118,23 +127,29 @@ func capture(impl string, n int64) (int64, error) {
 }
 
 // runCapture runs each implementation's capture of n bytes in a child
-// process (this program, re-executed), runs times, interleaved.
-func runCapture(n int64, runs int) [nImpl]captureResult {
-	var res [nImpl]captureResult
+// process (this program, re-executed), runs times, interleaved; and
+// bgjob's in durable mode (its output copied to a file as it is read) as
+// a last one.
+func runCapture(n int64, runs int) (res [nImpl]captureResult, durable captureResult) {
 	exe, err := os.Executable()
 	if err != nil {
 		for k := range res {
 			res[k].err = err.Error()
 		}
-		return res
+		durable.err = err.Error()
+		return res, durable
 	}
+	impls := append(implNames[:], "bgjob-durable")
 	for range runs {
-		for k := range nImpl {
-			r := &res[k]
+		for k, impl := range impls {
+			r := &durable
+			if k < nImpl {
+				r = &res[k]
+			}
 			if r.err != "" {
 				continue
 			}
-			out, err := exec.Command(exe, "-capture-child", implNames[k], "-capture-bytes", strconv.FormatInt(n, 10)).Output()
+			out, err := exec.Command(exe, "-capture-child", impl, "-capture-bytes", strconv.FormatInt(n, 10)).Output()
 			var rep captureReport
 			if err == nil {
 				err = json.Unmarshal(out, &rep)
@@ -156,7 +171,7 @@ func runCapture(n int64, runs int) [nImpl]captureResult {
 			r.rssMiB = max(r.rssMiB, float64(rep.MaxRSS)/1024)
 		}
 	}
-	return res
+	return res, durable
 }
 
 func median(v []float64) float64 {

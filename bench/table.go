@@ -194,7 +194,7 @@ func fgRows(f fgResult) []row {
 	return []row{p99, med}
 }
 
-func captureRows(c [nImpl]captureResult, n int64) []row {
+func captureRows(c [nImpl]captureResult, durable captureResult, n int64) []row {
 	size := fmtMiB(float64(n) / (1 << 20))
 	if n >= 1<<30 {
 		size = fmt.Sprintf("%.0f GiB", float64(n)/(1<<30))
@@ -215,7 +215,17 @@ func captureRows(c [nImpl]captureResult, n int64) []row {
 		tp.note = strings.Join(notes, "; ")
 		rss.note = tp.note
 	}
-	return []row{tp, rss}
+	dur := row{workload: "3 capture " + size, metric: "throughput, durable mode", unit: fmtMiBps,
+		cells: [nImpl]cell{c[osExec].cellOf(), na, durable.cellOf()}, note: durable.err}
+	return []row{tp, rss, dur}
+}
+
+// cellOf is a capture's throughput, or n/a if it failed.
+func (c captureResult) cellOf() cell {
+	if c.err != "" {
+		return na
+	}
+	return val(c.mibps)
 }
 
 func fanoutRows(f [nImpl]fanoutResult) []row {
