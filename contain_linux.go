@@ -63,7 +63,7 @@ type cgroups struct {
 	log    *slog.Logger
 	seq    atomic.Uint64
 	off    atomic.Bool // set by disable: make no more job cgroups
-	in     *os.File    // the inotify instance watching the job cgroups, or nil
+	in     int         // the inotify instance watching the job cgroups, or -1 (a raw descriptor: never blocking)
 	home   string      // the host's own cgroup folder at New, or "" if unknown
 	guard  *guard      // memory mode: stops the jobs if the host dies
 
@@ -119,7 +119,7 @@ func openCgroups(c *Config) (*cgroups, error) {
 func openCgroupFolder(c *Config) (*cgroups, error) {
 	var tok [8]byte
 	rand.Read(tok[:])
-	cg := &cgroups{token: hex.EncodeToString(tok[:]), prefix: hex.EncodeToString(tok[:4]), log: c.Logger, byWD: make(map[int32]*jobCgroup)}
+	cg := &cgroups{token: hex.EncodeToString(tok[:]), prefix: hex.EncodeToString(tok[:4]), log: c.Logger, byWD: make(map[int32]*jobCgroup), in: -1}
 	parent := c.Cgroup
 	switch parent {
 	case "off":
@@ -146,7 +146,7 @@ func openCgroupFolder(c *Config) (*cgroups, error) {
 	cg.dir = dir
 	cg.home = ownCgroup()
 	if fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC); err == nil {
-		cg.in = os.NewFile(uintptr(fd), "inotify")
+		cg.in = fd
 	} else {
 		c.Logger.Debug("bgjob: no inotify: job cgroups are not reused", "err", err)
 	}
@@ -308,18 +308,34 @@ func (c *cgroups) place(j *job, pl *plan) {
 	pl.cg = g
 }
 
-// take returns an empty job cgroup: one from the pool, or a new one.
+// take returns an empty job cgroup: one from the pool, or a new one. A
+// pooled cgroup that something changed, or a process entered, while it
+// waited (a job may write to its siblings' files) is dropped instead.
 func (c *cgroups) take() (*jobCgroup, error) {
-	c.mu.Lock()
-	var g *jobCgroup
-	if n := len(c.free); n > 0 {
-		g, c.free = c.free[n-1], c.free[:n-1]
+	c.noticeChanges()
+	for {
+		c.mu.Lock()
+		var g *jobCgroup
+		if n := len(c.free); n > 0 {
+			g, c.free = c.free[n-1], c.free[:n-1]
+		}
+		if g != nil && g.touched {
+			c.dropLocked(g)
+			g = nil
+			c.mu.Unlock()
+			continue
+		}
+		c.mu.Unlock()
+		if g == nil {
+			return c.make()
+		}
+		if !populatedAt(g.events) {
+			return g, nil
+		}
+		c.mu.Lock()
+		c.dropLocked(g)
+		c.mu.Unlock()
 	}
-	c.mu.Unlock()
-	if g != nil {
-		return g, nil
-	}
-	return c.make()
 }
 
 // make makes a new job cgroup, opens it and its cgroup.events, and
@@ -341,9 +357,9 @@ func (c *cgroups) make() (*jobCgroup, error) {
 		return nil, err
 	}
 	g := &jobCgroup{dir: dir, fd: fd, events: events, wd: -1}
-	if c.in != nil {
+	if c.in >= 0 {
 		const changes = unix.IN_MODIFY | unix.IN_ATTRIB | unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO
-		if wd, err := unix.InotifyAddWatch(int(c.in.Fd()), dir, changes); err == nil {
+		if wd, err := unix.InotifyAddWatch(c.in, dir, changes); err == nil {
 			g.wd = int32(wd)
 			c.mu.Lock()
 			c.byWD[g.wd] = g
@@ -385,8 +401,8 @@ func (c *cgroups) recycle(g *jobCgroup) {
 func (c *cgroups) dropLocked(g *jobCgroup) {
 	if g.wd >= 0 {
 		delete(c.byWD, g.wd)
-		if c.in != nil {
-			unix.InotifyRmWatch(int(c.in.Fd()), uint32(g.wd))
+		if c.in >= 0 {
+			unix.InotifyRmWatch(c.in, uint32(g.wd))
 		}
 		g.wd = -1
 	}
@@ -399,12 +415,12 @@ func (c *cgroups) dropLocked(g *jobCgroup) {
 // The kernel's own notices are changes of *.events files; a lost event
 // (the queue overflowed) marks every cgroup.
 func (c *cgroups) noticeChanges() {
-	if c.in == nil {
+	if c.in < 0 {
 		return
 	}
 	var buf [4096]byte
 	for {
-		n, err := unix.Read(int(c.in.Fd()), buf[:])
+		n, err := unix.Read(c.in, buf[:])
 		if n <= 0 || err != nil {
 			return
 		}
@@ -488,8 +504,9 @@ func (c *cgroups) close() {
 	dead := c.dead
 	c.free, c.dead = nil, nil
 	c.mu.Unlock()
-	if c.in != nil {
-		c.in.Close()
+	if c.in >= 0 {
+		unix.Close(c.in)
+		c.in = -1
 	}
 	for _, d := range dead {
 		awaitUnpopulated(d, deadlineIn(killWait))
@@ -670,8 +687,14 @@ func leave(dir, home string) bool {
 // below it.
 func hostIn(dir string) bool {
 	rel := cgroupPath(dir)
-	b, err := os.ReadFile("/proc/self/cgroup")
-	if rel == "" || err != nil {
+	return rel != "" && cgroupOf("self", rel)
+}
+
+// cgroupOf reports whether the process pid ("self" for the host) is in
+// the cgroup whose path /proc/PID/cgroup shows as rel, or below it.
+func cgroupOf(pid, rel string) bool {
+	b, err := os.ReadFile("/proc/" + pid + "/cgroup")
+	if err != nil {
 		return false
 	}
 	for _, line := range strings.Split(string(b), "\n") {

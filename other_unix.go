@@ -14,8 +14,13 @@ import (
 // apart, no subreaper. What differs among them (how to wait for the
 // shell's exit) is in proc_bsd.go and proc_none.go.
 
-// procOS is what a process adds here: nothing.
-type procOS struct{}
+// procOS is what a process adds here: the shell's exit status once
+// leftovers reaped it.
+type procOS struct {
+	reaped bool
+	code   int
+	err    error
+}
 
 // containAttr is the containment step of the spawn: the shell gets a
 // session (and so a process group) of its own. There are no cgroups and
@@ -67,8 +72,13 @@ func (p *process) signal(kill bool) error {
 }
 
 // leftovers returns how many processes of the group are still alive
-// after the shell was reaped.
-func (p *process) leftovers() int { return len(liveMembers(p.pid)) }
+// after the shell exited. Without /proc the shell's zombie cannot be told
+// from a live member, so the shell is reaped first; reap then returns
+// what this reap collected.
+func (p *process) leftovers() int {
+	p.reap()
+	return len(liveMembers(p.pid))
+}
 
 // watchPidfd does nothing: the spawn gives no pidfd here.
 func (p *process) watchPidfd(int, bool) {}
@@ -80,8 +90,14 @@ func (p *process) releasable() bool { return false }
 // unwatch does nothing: see releasable.
 func (p *process) unwatch() {}
 
-// reap collects the shell's exit status; see platformProcess.
-func (p *process) reap() (int, error) { return p.reapChild() }
+// reap collects the shell's exit status, once; see platformProcess.
+func (p *process) reap() (int, error) {
+	if !p.reaped {
+		p.reaped = true
+		p.code, p.err = p.reapChild()
+	}
+	return p.code, p.err
+}
 
 // close does nothing: a process holds no descriptor here.
 func (p *process) close() {}

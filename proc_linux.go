@@ -36,14 +36,15 @@ type procOS struct {
 	// with cgroup "", the shell's session and the processes started
 	// since since (clock ticks after boot) whose environment holds
 	// marker.
-	cgroup string
-	cgs    *cgroups
-	cg     *jobCgroup // the cgroup as the registry made it (not for an adopted job)
-	marker string
-	since  uint64
-	forks  uint64  // the system's count of created tasks as the job started (0: unknown)
-	reaped bool    // the shell was reaped: its PID may be reused
-	keeper *keeper // durable mode: the keeper of the job's output
+	cgroup    string
+	cgs       *cgroups
+	cg        *jobCgroup // the cgroup as the registry made it (not for an adopted job)
+	cgroupRel string     // cgroup's path as /proc/PID/cgroup shows it (found by members)
+	marker    string
+	since     uint64
+	forks     uint64  // the system's count of created tasks as the job started (0: unknown)
+	reaped    bool    // the shell was reaped: its PID may be reused
+	keeper    *keeper // durable mode: the keeper of the job's output
 	// seen holds a pidfd of each member seen while the job ends, and
 	// sessions the sessions they were in: a process once seen stays in
 	// the tree until it exits, even if it can no longer be recognised
@@ -274,21 +275,29 @@ type member struct{ pid, pgrp, session int }
 // cgroup, or without one, those of its session and those that carry its
 // marker. Zombies are not members: they hold nothing but a PID. Nor is the
 // host, which a hostile job may have moved into its cgroup.
+//
+// A PID is only a name: the process found under it may exit and the PID
+// go to another job's process at any moment (pid_max is 32768 on many
+// machines). So each member is pinned by a pidfd first and recognised
+// after: a process that is alive through its pidfd once its test passed
+// is the one the test saw (see admit).
 func (p *process) members() []member {
 	var buf [512]byte
 	self := os.Getpid()
 	if p.cgroup != "" {
+		if p.cgroupRel == "" {
+			p.cgroupRel = cgroupPath(p.cgroup)
+		}
 		pids := cgroupMembers(p.cgroup)
 		ms := make([]member, 0, len(pids))
 		for _, pid := range pids {
 			if pid == self {
 				continue
 			}
-			if st, ok := readStat(strconv.Itoa(pid), buf[:]); ok && st.live() {
-				ms = append(ms, member{pid, st.pgrp, st.session})
+			if m, ok := p.admit(pid, buf[:], p.inCgroup); ok {
+				ms = append(ms, m)
 			}
 		}
-		p.see(ms)
 		return ms
 	}
 	d, err := os.Open("/proc")
@@ -304,52 +313,109 @@ func (p *process) members() []member {
 	if p.newPIDsAbove() {
 		from = p.pid
 	}
+	// The shell's session is the job's while the shell, not yet reaped,
+	// holds its ID. Once it is reaped the ID may be another job's: its
+	// shell may have been given the same PID. It is still the job's if a
+	// process seen before, and alive now, is in it: a session's ID is not
+	// handed out again while a process is in it.
+	pinned := !p.reaped && !p.adopted
+	marked := func(name string, st procStat) bool {
+		return p.marker != "" && st.start >= p.since && hasMarker(name, p.marker)
+	}
 	var ms []member
+	var bySession []int
 	for _, name := range names {
 		if name[0] < '0' || name[0] > '9' {
 			continue
 		}
-		if from > 0 {
-			if pid, err := strconv.Atoi(name); err != nil || pid < from {
-				continue
-			}
+		pid, err := strconv.Atoi(name)
+		if err != nil || pid < from || pid == self {
+			continue
 		}
 		st, ok := readStat(name, buf[:])
 		if !ok || !st.live() {
 			continue
 		}
-		// A process that left the session: it is the job's if it was
-		// started since the job and carries the job's marker.
-		if st.session == p.pid || (p.marker != "" && st.start >= p.since && hasMarker(name, p.marker)) {
-			if pid, _ := strconv.Atoi(name); pid != self {
-				ms = append(ms, member{pid, st.pgrp, st.session})
+		switch {
+		case marked(name, st):
+			if m, ok := p.admit(pid, buf[:], marked); ok {
+				ms = append(ms, m)
+			}
+		case st.session == p.pid && p.pid > 0:
+			bySession = append(bySession, pid)
+		}
+	}
+	if len(bySession) > 0 && !pinned {
+		pinned = p.sessionHeld(buf[:])
+	}
+	if pinned {
+		inSession := func(_ string, st procStat) bool { return st.session == p.pid }
+		for _, pid := range bySession {
+			if m, ok := p.admit(pid, buf[:], inSession); ok {
+				ms = append(ms, m)
 			}
 		}
 	}
-	p.see(ms)
 	return ms
 }
 
-// see keeps a pidfd of each member not seen before. The pidfd pins the
-// process: no other process is ever taken for it.
-func (p *process) see(ms []member) {
-	for _, m := range ms {
-		if p.sessions == nil {
-			p.sessions = make(map[int]bool)
-		}
-		p.sessions[m.session] = true
-		if p.seen[m.pid] != nil {
-			continue
-		}
-		fd, err := unix.PidfdOpen(m.pid, 0)
+// admit returns the member that pid is if test says it is one of the
+// job's, and keeps a pidfd of it in seen. The test runs while a pidfd
+// pins the process, and the process must still be alive after it: then
+// what the test read under the PID was that process's.
+func (p *process) admit(pid int, buf []byte, test func(name string, st procStat) bool) (member, bool) {
+	f := p.seen[pid]
+	if f != nil && pidfdExited(f) {
+		// The process seen under this PID is gone; the PID may be
+		// another's now.
+		f.Close()
+		delete(p.seen, pid)
+		f = nil
+	}
+	fresh := f == nil
+	if fresh {
+		fd, err := unix.PidfdOpen(pid, 0)
 		if err != nil {
-			continue
+			return member{}, false
 		}
+		f = os.NewFile(uintptr(fd), "pidfd")
+	}
+	name := strconv.Itoa(pid)
+	st, ok := readStat(name, buf)
+	if !ok || !st.live() || !test(name, st) || pidfdExited(f) {
+		if fresh {
+			f.Close()
+		}
+		return member{}, false
+	}
+	if fresh {
 		if p.seen == nil {
 			p.seen = make(map[int]*os.File)
 		}
-		p.seen[m.pid] = os.NewFile(uintptr(fd), "pidfd")
+		p.seen[pid] = f
 	}
+	if p.sessions == nil {
+		p.sessions = make(map[int]bool)
+	}
+	p.sessions[st.session] = true
+	return member{pid, st.pgrp, st.session}, true
+}
+
+// sessionHeld reports whether a process seen before, and alive now, is in
+// the shell's session, which is then still the job's.
+func (p *process) sessionHeld(buf []byte) bool {
+	for pid, f := range p.seen {
+		if st, ok := readStat(strconv.Itoa(pid), buf); ok && st.live() && st.session == p.pid && !pidfdExited(f) {
+			return true
+		}
+	}
+	return false
+}
+
+// inCgroup reports whether the process name is in the job's cgroup or
+// below it, as its /proc/PID/cgroup says.
+func (p *process) inCgroup(name string, _ procStat) bool {
+	return p.cgroupRel != "" && cgroupOf(name, p.cgroupRel)
 }
 
 // newPIDsAbove reports whether every process created since the job's
@@ -484,8 +550,8 @@ func (p *process) signal(kill bool) error {
 		sig = unix.SIGKILL
 	}
 	groups := make([]int, 0, 4)
-	if !p.reaped {
-		groups = append(groups, p.pid)
+	if !p.reaped && !p.adopted {
+		groups = append(groups, p.pid) // the unreaped shell holds the ID
 	}
 	// Never the host's own group: no process of the job can be in it
 	// (it is of another session), unless a hostile job moved the host
@@ -512,16 +578,17 @@ func (p *process) signal(kill bool) error {
 }
 
 // leftovers returns how many processes of the job's tree are still alive
-// after the shell was reaped.
+// after the shell exited.
 func (p *process) leftovers() int {
 	switch {
 	case len(p.seen) > 0:
 	case p.cg != nil && !populatedAt(p.cg.events):
 		// The cgroup says it is empty: nothing to list.
 		return 0
-	case p.cgroup == "" && p.reaped && lastPID() == p.pid:
+	case p.cgroup == "" && lastPID() == p.pid:
 		// No process was created since the job's shell (a command
-		// that forks nothing): there is nothing to look for.
+		// that forks nothing), which has exited: there is nothing to
+		// look for.
 		return 0
 	}
 	return len(p.tree())

@@ -46,8 +46,10 @@ type platformProcess interface {
 	// after signal n on Unix. An adopted shell's comes from its exit
 	// marker, or errNoMarker.
 	reap() (int, error)
-	// leftovers counts the live processes of the tree after the shell
-	// was reaped. Zombies do not count: they hold nothing but a PID.
+	// leftovers counts the live processes of the tree once the shell
+	// has exited, before reap (while the unreaped shell holds its PID,
+	// no other process can take it, nor the IDs of its group and
+	// session). Zombies do not count: they hold nothing but a PID.
 	leftovers() int
 	// awaitEmpty waits until the tree has no live process or deadline
 	// passes, and returns how many are left.

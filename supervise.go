@@ -278,26 +278,10 @@ func (s *supervisor) end() {
 		return
 	}
 
-	o := outcome{state: Exited}
-	code, err := p.reap()
-	switch {
-	case err == errNoMarker:
-		// An adopted shell that died without writing its exit marker
-		// (SIGKILL from outside): how it ended is unknown.
-		o.state, o.reason = Failed, "lost"
-	case errors.Is(err, errMarkerUnread):
-		// The marker is there, but could not be read now: the record
-		// says so, and the marker stays for a look.
-		o.state, o.reason = Failed, err.Error()
-	case err != nil:
-		s.r.cfg.Logger.Warn("bgjob: reap", "id", j.id, "pid", p.pid, "err", err)
-	}
-	o.exitCode = code
-	if s.stopping {
-		o.state, o.exitCode, o.reason = s.cause.state, s.cause.exitCode, s.cause.reason
-	}
-
-	// Leftovers: processes of the group still alive after the shell.
+	// Leftovers: processes of the group still alive after the shell,
+	// looked for before it is reaped: until then its PID, the ID of its
+	// session and group, cannot be another's.
+	var notice string
 	// They get the stop a Cancel gives (from now, unless a stop was
 	// already under way), and SIGKILL at once if Close ran out of time.
 	killed, killAt := s.killed, time.Now().Add(s.killAt.Sub(s.r.now()))
@@ -317,8 +301,28 @@ func (s *supervisor) end() {
 			s.signal(true) // again, for any process forked since
 			p.awaitEmpty(time.Now().Add(killWait))
 		}
-		o.notice = fmt.Sprintf("stopped %d leftover process(es) of the job", n)
+		notice = fmt.Sprintf("stopped %d leftover process(es) of the job", n)
 	}
+	o := outcome{state: Exited}
+	code, err := p.reap()
+	switch {
+	case err == errNoMarker:
+		// An adopted shell that died without writing its exit marker
+		// (SIGKILL from outside): how it ended is unknown.
+		o.state, o.reason = Failed, "lost"
+	case errors.Is(err, errMarkerUnread):
+		// The marker is there, but could not be read now: the record
+		// says so, and the marker stays for a look.
+		o.state, o.reason = Failed, err.Error()
+	case err != nil:
+		s.r.cfg.Logger.Warn("bgjob: reap", "id", j.id, "pid", p.pid, "err", err)
+	}
+	o.exitCode = code
+	if s.stopping {
+		o.state, o.exitCode, o.reason = s.cause.state, s.cause.exitCode, s.cause.reason
+	}
+
+	o.notice = notice
 	p.reapOrphans()
 
 	// The writers are gone: read what is left, briefly, in case a process
