@@ -401,7 +401,7 @@ func (st *stress) worker(rng *rand.Rand, stop *atomic.Bool) {
 			spec := st.launchSpec(ss, rng)
 			fg := bgjob.Foreground{SoftCap: time.Duration(1+rng.IntN(500)) * time.Millisecond}
 			if rng.IntN(3) == 0 {
-				fg.OnProgress = func(time.Duration) { st.n.progress.Add(1) }
+				fg.OnProgress = func(bgjob.Snapshot) { st.n.progress.Add(1) }
 			}
 			fctx, cancel := context.WithTimeout(ctx, time.Duration(1+rng.IntN(1000))*time.Millisecond)
 			res, err := reg.r.RunForeground(fctx, spec, fg)

@@ -44,8 +44,10 @@ func run() error {
 		Command: "for i in 1 2 3 4 5 6; do echo step $i; sleep 0.2; done",
 		Session: session,
 	}, bgjob.Foreground{
-		SoftCap:    600 * time.Millisecond,
-		OnProgress: func(d time.Duration) { say("  ...still running after %v", d.Round(10*time.Millisecond)) },
+		SoftCap: 600 * time.Millisecond,
+		OnProgress: func(s bgjob.Snapshot) {
+			say("  ...still running after %v", time.Since(s.Started).Round(10*time.Millisecond))
+		},
 	})
 	if err != nil {
 		return err

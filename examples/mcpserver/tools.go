@@ -179,12 +179,15 @@ func (s *Server) shell(ctx context.Context, req *mcp.CallToolRequest, in ShellIn
 	if tok := req.Params.GetProgressToken(); tok != nil {
 		// OnProgress runs in this goroutine while RunForeground waits,
 		// so ctx (the request's) is the right bound for the write.
-		fg.OnProgress = func(elapsed time.Duration) {
+		begin := time.Now()
+		fg.OnProgress = func(snap bgjob.Snapshot) {
+			elapsed := time.Since(begin)
 			_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
 				ProgressToken: tok,
 				Progress:      elapsed.Seconds(),
 				Total:         wait.Seconds(),
-				Message:       fmt.Sprintf("running for %s; detaches after %s", elapsed.Round(time.Second), wait),
+				Message: fmt.Sprintf("running for %s, %d bytes of output; detaches after %s",
+					elapsed.Round(time.Second), snap.Output.Total, wait),
 			})
 		}
 	}
