@@ -16,7 +16,8 @@ import (
 // line, as Read serves them), the job has ended (Chunk.Done), or ctx is
 // done. It wakes on the job's output; it does not poll. An offset at the
 // end of the stream so far is the usual case: it waits for what comes
-// next. An offset past that end fails at once, as in Read.
+// next. An offset past that end waits until the stream gets there, and
+// fails with ErrInvalidArgument, as Read does, if the job ends before.
 //
 // When ctx ends first, ReadWait returns the empty chunk at offset and an
 // error wrapping ctx.Err(). A job that Detach released never ends, so a
@@ -51,10 +52,15 @@ func (r *Registry) readWaitJob(ctx context.Context, j *job, op string, offset in
 		// between the two wakes the wait below.
 		j.mu.Lock()
 		changed := j.outputChangedLocked()
+		ahead := j.fin == nil && offset > j.out.total // a running job has not got there yet
 		j.mu.Unlock()
-		c, err := r.readJob(j, op, offset, max)
-		if err != nil || c.Next != offset || c.Done {
-			return c, err
+		c := Chunk{Offset: offset, Next: offset}
+		if !ahead {
+			var err error
+			c, err = r.readJob(j, op, offset, max)
+			if err != nil || c.Next != offset || c.Done {
+				return c, err
+			}
 		}
 		if first {
 			// From a hook, the job's end is not what a caller elsewhere

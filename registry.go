@@ -432,6 +432,9 @@ func (r *Registry) NextCompletion(ctx context.Context, session string) (Completi
 			r.queueWake[session] = wake
 		}
 		r.mu.Unlock()
+		// From a JobStarted hook, its job runs first: it may be the
+		// one whose completion comes next (hooks.go).
+		r.runOwn(r.hooks.current())
 		select {
 		case <-wake:
 		case <-ctx.Done():
