@@ -12,8 +12,8 @@ var (
 	ErrNotFound = errors.New("bgjob: job not found")
 
 	// ErrClosed: the registry has been closed. Returned by Start,
-	// RunForeground, Readmit and Detach, and by NextCompletion once the
-	// session's queue is empty and no job is left to end.
+	// RunForeground, Readmit and Detach, and by NextCompletion once
+	// Close or Detach has returned and the session's queue is empty.
 	ErrClosed = errors.New("bgjob: registry closed")
 
 	// ErrTooManyRunning: the launch would exceed Config.MaxRunning
