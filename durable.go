@@ -373,6 +373,9 @@ func decodeRecord(b []byte) (*record, error) {
 	case rec.State != stateStarting && parseState(rec.State) < 0:
 		return nil, fmt.Errorf("record state %q", rec.State)
 	}
+	if len(rec.Args) == 0 {
+		rec.Args = nil // "args": [] is no Args, as an omitted field is
+	}
 	return &rec, nil
 }
 

@@ -10,7 +10,8 @@ import (
 // the job's launch parameters (see [Registry.Start]). Knowing an ID is the
 // right to poll and cancel the job it names. The session is part of the
 // hash, so an ID only ever names jobs of one session: a host that scopes
-// IDs to a client can check Snapshot.Session once.
+// IDs to a client gives the client a [Session] view, which finds no job
+// of another session.
 type ID string
 
 // Spec describes a command to run as a job.
