@@ -54,3 +54,39 @@ func TestDurableArgs(t *testing.T) {
 		t.Errorf("the caller's args changed: %q", args)
 	}
 }
+
+// In durable mode a completion that NextCompletion returned is recorded as
+// delivered: the next Registry on the same StateDir does not queue it
+// again, and one never delivered comes back once.
+func TestDurableNextCompletionDelivers(t *testing.T) {
+	cfg := durable(t)
+	r1, err := bgjob.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := r1.Session("s")
+	a, err := jobs.Start(ctxT(t), bgjob.Spec{Command: "exit 1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := jobs.NextCompletion(ctxT(t))
+	if err != nil || c.ID != a.ID || c.ExitCode != 1 {
+		t.Fatalf("NextCompletion = %+v, %v; want %s's", c, err, a.ID)
+	}
+	b, err := jobs.Start(ctxT(t), bgjob.Spec{Command: "exit 2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, r1, b.ID)
+	if err := r1.Close(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	r2 := newRegistry(t, cfg)
+	c, err = r2.Session("s").NextCompletion(ctxT(t))
+	if err != nil || c.ID != b.ID || c.ExitCode != 2 {
+		t.Errorf("after a restart: %+v, %v; want only %s's, never delivered", c, err, b.ID)
+	}
+	if cs := r2.Completions("s"); len(cs) != 0 {
+		t.Errorf("Completions after a restart: %v; want none left", cs)
+	}
+}
