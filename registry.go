@@ -229,10 +229,17 @@ func New(cfg Config) (*Registry, error) {
 // replaces that job with a new run.
 //
 // ctx bounds only validation, Config.Guard and the launch; the job
-// outlives it. A process that cannot be started is not an error: the
-// job ends at once as Failed, with the reason in Snapshot.Reason. Start
-// fails with an error wrapping ErrInvalidSpec, ErrRejected,
-// ErrTooManyRunning, ErrClosed or ctx.Err() when no job was launched.
+// outlives it. Start fails with an error wrapping ErrInvalidSpec,
+// ErrRejected, ErrTooManyRunning, ErrClosed or ctx.Err() when no job was
+// launched. A process that cannot be started is not such an error: a
+// job was launched, and it ends at once as Failed, with the reason in
+// Snapshot.Reason and an error wrapping ErrSpawn from Snapshot.Err. Check
+// both:
+//
+//	s, err := r.Start(ctx, spec)
+//	if err == nil {
+//		err = s.Err() // the job never ran
+//	}
 func (r *Registry) Start(ctx context.Context, spec Spec) (Snapshot, error) {
 	j, joined, _, err := r.launch(ctx, "start", spec, false)
 	if err != nil {
