@@ -136,12 +136,16 @@ func TestReadWithLengthChangingAdmitter(t *testing.T) {
 		{0, 100, "a [redacted] b\nplain\n[redacted] [redacted]\n", 0, int64(len(raw))},
 		{0, 10, "a [redacted] b\n", 0, 8},
 		{8, 6, "plain\n", 8, 14},
-		{3, 100, "plain\n[redacted] [redacted]\n", 8, int64(len(raw))}, // mid-line: from the next line
 	} {
 		c, err := r.Read(s.ID, tc.off, tc.max)
 		if err != nil || c.Data != tc.data || c.Offset != tc.from || c.Next != tc.to || c.Skipped != tc.from-tc.off {
 			t.Errorf("Read(%d,%d) = %+v, %v; want %q [%d,%d)", tc.off, tc.max, c, err, tc.data, tc.from, tc.to)
 		}
+	}
+	// Mid-line: refused, not skipped to the next line (see
+	// TestReadMidLineOffsetIsRefused).
+	if _, err := r.Read(s.ID, 3, 100); !errors.Is(err, bgjob.ErrInvalidArgument) {
+		t.Errorf("Read(3, 100): %v; want ErrInvalidArgument", err)
 	}
 }
 

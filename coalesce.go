@@ -27,8 +27,8 @@ func newIDKey(configured []byte) ([32]byte, error) {
 }
 
 // jobID derives the ID of a launch from everything that makes two launches
-// the same job: session, command, resolved directory, effective timeouts,
-// stdin and the environment (see hashID). It reuses keyed hashers: one
+// the same job: session, command or argument vector, resolved directory,
+// effective timeouts, stdin and the environment (see hashID). It reuses keyed hashers: one
 // holds 8 KiB of buffers, too much to make per launch.
 func (r *Registry) jobID(spec *Spec, dir string, timeout time.Duration) ID {
 	h, _ := r.hashers.Get().(*blake3.Hasher)
@@ -44,7 +44,10 @@ func (r *Registry) jobID(spec *Spec, dir string, timeout time.Duration) ID {
 // hashID writes the launch into the keyed hasher h, which must be fresh
 // or reset, and makes the ID. Each field is length-prefixed so no two
 // different launches hash the same bytes; the environment is sorted, so
-// map order never matters. A Unique launch mixes in a fresh nonce.
+// map order never matters. A launch with Args adds them last, after a
+// count, so that the IDs of Command launches are those they always were
+// and no Args launch (whose Command is empty) shares one with a Command
+// launch (whose Command is not). A Unique launch mixes in a fresh nonce.
 func hashID(h *blake3.Hasher, spec *Spec, dir string, timeout time.Duration) ID {
 	var n [8]byte
 	field := func(s string) {
@@ -71,6 +74,12 @@ func hashID(h *blake3.Hasher, spec *Spec, dir string, timeout time.Duration) ID 
 	for _, k := range keys {
 		field(k)
 		field(spec.Env[k])
+	}
+	if len(spec.Args) > 0 {
+		number(int64(len(spec.Args)))
+		for _, a := range spec.Args {
+			field(a)
+		}
 	}
 	if spec.Unique {
 		var nonce [16]byte

@@ -56,7 +56,8 @@ type Config struct {
 	Retention Retention
 
 	// ProgressInterval is how often RunForeground calls
-	// Foreground.OnProgress. If ProgressInterval is 0, it is 5s.
+	// Foreground.OnProgress when Foreground.Interval is not set. If
+	// ProgressInterval is 0, it is 5s.
 	ProgressInterval time.Duration
 
 	// Admitter, if not nil, sees every text before it leaves the

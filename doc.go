@@ -11,11 +11,18 @@
 //	if err != nil { ... }
 //	defer r.Close(context.Background())
 //
-//	res, err := r.RunForeground(ctx, bgjob.Spec{Command: "make test"},
+//	jobs := r.Session(client) // this client's jobs only
+//	res, err := jobs.RunForeground(ctx, bgjob.Spec{Command: "make test"},
 //		bgjob.Foreground{SoftCap: 20 * time.Second})
+//	if err == nil {
+//		err = res.Err() // the job never ran: its shell could not start
+//	}
+//	if err != nil { ... }
 //	if res.Detached {
 //		// Still running: hand res.ID to the caller, who polls it with
-//		// Status or Read, blocks with Wait, or stops it with Cancel.
+//		// Status or Read, streams it with Follow, blocks with Wait,
+//		// or stops it with Cancel.
+//		io.Copy(os.Stdout, jobs.Follow(ctx, res.ID, 0))
 //	}
 //
 // bgjob does not give a job a terminal (PTY) or take input after the
@@ -50,12 +57,27 @@
 //
 // # Jobs and IDs
 //
+// A job runs [Spec.Command] through the shell, or [Spec.Args], an
+// argument vector, with no shell at all: nothing to quote, one exec
+// fewer. A job whose process could not be started still exists (Failed,
+// with the reason); [Snapshot.Err] reports it as an error wrapping
+// [ErrSpawn].
+//
 // A job's [ID] is "job_" and 16 hex digits of a keyed BLAKE3 hash of its
-// session, command, directory, timeouts, stdin and environment. A launch
-// whose ID names a running job joins it instead of starting a second
-// process; [Spec.Unique] opts out. IDs are capabilities: whoever knows one
-// may poll and cancel the job, and without the registry's key nobody can
-// guess one.
+// session, command (or argument vector), directory, timeouts, stdin and
+// environment. A launch whose ID names a running job joins it instead of
+// starting a second process; [Spec.Unique] opts out. IDs are capabilities:
+// whoever knows one may poll and cancel the job, and without the
+// registry's key nobody can guess one.
+//
+// # Sessions
+//
+// [Spec.Session] scopes a job to an owner, such as one client of a
+// multi-client host. [Registry.Session] returns a view of the registry for
+// one session, with the same methods: it fills Spec.Session in, and its
+// Status, Read, ReadWait, Follow, Wait and Cancel answer [ErrNotFound] for
+// another session's ID, exactly as for an unknown one. A host that hands
+// each client its view needs no check of its own.
 //
 // # Concurrency
 //
@@ -106,8 +128,15 @@
 // output and counts what lies between; when bytes were dropped, the kept
 // head ends and the tail begins at a line boundary, and [Output.Text]
 // joins them with one omission line. [Registry.Read] serves absolute
-// offsets of the stream and never consumes it. NUL bytes and invalid
-// UTF-8 are data.
+// offsets of the stream and never consumes it: read on from
+// [Chunk.Next], never from Offset+len(Data). [Registry.ReadWait] is Read
+// that waits until there is output at the offset or the job has ended,
+// and [Registry.Follow] is an [io.Reader] over the output that blocks for
+// new bytes and returns io.EOF at the job's end; both wake on the job's
+// output, neither polls. NUL bytes and invalid UTF-8 are data.
+//
+// [Snapshot], [Output], [Chunk] and [Completion] marshal to JSON with
+// snake_case names, states by name and times in RFC 3339.
 //
 // Text leaves the registry only through the [Admitter]: a running job's
 // text on every Status, Read and List, a finished job's text once, when it
@@ -117,7 +146,9 @@
 //
 // A finished job can be polled if it was started by [Registry.Start] or
 // detached from [Registry.RunForeground]; its end queues a [Completion]
-// for its session. Finished jobs are kept within [Config.Retention] and
+// for its session, which [Registry.Completions] drains and
+// [Registry.NextCompletion] waits for, each completion going to one
+// caller. Finished jobs are kept within [Config.Retention] and
 // evicted oldest first. A job that only RunForeground callers held and
 // that ended inline is forgotten as soon as they have its result.
 //

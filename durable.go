@@ -58,6 +58,7 @@ type record struct {
 	Gen         uint64        `json:"gen"`
 	Session     rawText       `json:"session"`
 	Command     rawText       `json:"command"`
+	Args        []rawText     `json:"args,omitempty"` // Spec.Args; Command then holds them quoted
 	Dir         rawText       `json:"dir"`
 	Timeout     time.Duration `json:"timeout_ns"`
 	IdleTimeout time.Duration `json:"idle_timeout_ns"`
@@ -124,6 +125,30 @@ func (t *rawText) UnmarshalJSON(b []byte) error {
 	}
 	*t = rawText(s)
 	return nil
+}
+
+// rawTexts and strs convert Spec.Args to a record's and back; nil stays
+// nil.
+func rawTexts(ss []string) []rawText {
+	if ss == nil {
+		return nil
+	}
+	out := make([]rawText, len(ss))
+	for i, s := range ss {
+		out[i] = rawText(s)
+	}
+	return out
+}
+
+func strs(ts []rawText) []string {
+	if ts == nil {
+		return nil
+	}
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = string(t)
+	}
+	return out
 }
 
 // store is a Registry's state directory: durable mode's journal.
@@ -384,6 +409,9 @@ func decodeRecord(b []byte) (*record, error) {
 	case rec.State != stateStarting && parseState(rec.State) < 0:
 		return nil, fmt.Errorf("record state %q", rec.State)
 	}
+	if len(rec.Args) == 0 {
+		rec.Args = nil // "args": [] is no Args, as an omitted field is
+	}
 	return &rec, nil
 }
 
@@ -425,7 +453,7 @@ func (st *store) launching(j *job) error {
 	rr := &runRec{dir: filepath.Join(st.sessionDir(j.spec.Session), string(j.id)+"."+strconv.FormatUint(j.gen, 10))}
 	rr.rec = record{
 		Version: recordVersion, ID: j.id, Gen: j.gen, Session: rawText(j.spec.Session),
-		Command: rawText(j.spec.Command), Dir: rawText(j.spec.Dir), Timeout: j.timeout, IdleTimeout: j.spec.IdleTimeout,
+		Command: rawText(j.spec.Command), Args: rawTexts(j.spec.Args), Dir: rawText(j.spec.Dir), Timeout: j.timeout, IdleTimeout: j.spec.IdleTimeout,
 		State: stateStarting, ExitCode: exitUnknown, Started: j.started, Pollable: true,
 	}
 	err := os.MkdirAll(filepath.Dir(rr.dir), 0o700)
@@ -628,7 +656,7 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 			rr := &runRec{dir: run, rec: *rec}
 			j := &job{
 				id: rec.ID, gen: rec.Gen,
-				spec:    Spec{Session: string(rec.Session), Command: string(rec.Command), Dir: string(rec.Dir), IdleTimeout: rec.IdleTimeout},
+				spec:    Spec{Session: string(rec.Session), Command: string(rec.Command), Args: strs(rec.Args), Dir: string(rec.Dir), IdleTimeout: rec.IdleTimeout},
 				timeout: rec.Timeout, started: rec.Started,
 				over: make(chan struct{}), done: make(chan struct{}), wake: make(chan struct{}, 1), heapIdx: -1,
 				state: Running, exitCode: exitUnknown, pid: rec.PID,

@@ -5,12 +5,15 @@ import "errors"
 // Errors returned by the registry. Each is wrapped with context; test for
 // them with errors.Is.
 var (
-	// ErrNotFound: no job with that ID is running or retained.
-	// Returned by Status, Read, Wait and Cancel.
+	// ErrNotFound: no job with that ID is running or retained, or,
+	// through a [Session] view, none of that session. Returned by
+	// Status, Read, ReadWait, Wait and Cancel (of a Registry or a
+	// Session), and by the Read of a reader from Follow.
 	ErrNotFound = errors.New("bgjob: job not found")
 
 	// ErrClosed: the registry has been closed. Returned by Start,
-	// RunForeground, Readmit and Detach.
+	// RunForeground, Readmit and Detach, and by NextCompletion once
+	// Close or Detach has returned and the session's queue is empty.
 	ErrClosed = errors.New("bgjob: registry closed")
 
 	// ErrTooManyRunning: the launch would exceed Config.MaxRunning
@@ -41,6 +44,17 @@ var (
 	ErrInUse = errors.New("bgjob: state directory in use")
 
 	// ErrInvalidArgument: an argument other than a Spec is out of range,
-	// such as a negative offset; the message names it. Returned by Read.
+	// such as a negative offset, or an offset inside a line of text that
+	// the Admitter rewrote (continue from Chunk.Next); the message names
+	// it. Returned by Read, ReadWait and a Follow reader's Read, and by
+	// Wait called from the job's own Admitter as the job ends.
 	ErrInvalidArgument = errors.New("bgjob: invalid argument")
+
+	// ErrSpawn: the job never ran: its process could not be started (a
+	// missing shell or program, a working directory removed before the
+	// spawn, no descriptors left) or its record could not be written.
+	// Returned by Snapshot.Err (and so by Result's) for such a job. Start
+	// and RunForeground return the job's snapshot with a nil error, since
+	// a job was launched and can be polled: check s.Err() too.
+	ErrSpawn = errors.New("bgjob: job never ran")
 )

@@ -2,6 +2,7 @@ package bgjob_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -36,6 +37,7 @@ func winHelperShell() []string {
 //	tree          start a grandchild that sleeps, print "grandchild PID", sleep
 //	spawn         start a grandchild that sleeps, print "grandchild PID", exit 0
 //	break         print "ready", wait for CTRL_BREAK, print "got break", exit 7
+//	args ARGS     each of ARGS as [ARG], as the helper got them
 func TestHelperProcess(t *testing.T) {
 	if os.Getenv(winHelperEnv) != "1" {
 		t.Skip("the child of the Windows tests, not a test")
@@ -97,6 +99,11 @@ func winHelper(args []string) int {
 		return 0
 	case "spawn":
 		grandchild()
+		return 0
+	case "args":
+		for _, a := range args[1:] {
+			fmt.Printf("[%s]", a)
+		}
 		return 0
 	case "break":
 		c := make(chan os.Signal, 1)
@@ -420,4 +427,25 @@ func hasConsoleWindow() bool {
 	}
 	h, _, _ := procGetConsoleWindow.Call()
 	return h != 0
+}
+
+// Spec.Args on Windows: the command line is built by the rules that
+// CommandLineToArgvW splits it by, so the program gets every argument
+// back as it was, with no shell in between.
+func TestWindowsArgs(t *testing.T) {
+	r := newWinRegistry(t, bgjob.Config{})
+	words := []string{"a  b", `c"d`, "", `e\`, `f g\`, "%PATH%", "h&i|j"}
+	s := runWin(t, r, bgjob.Spec{Args: append(winHelperShell(), append([]string{"args"}, words...)...)})
+	var want strings.Builder
+	for _, w := range words {
+		want.WriteString("[" + w + "]")
+	}
+	if s.State != bgjob.Exited || s.ExitCode != 0 || s.Output.Text != want.String() {
+		t.Errorf("got %v %d %q (%s); want exited 0 %q", s.State, s.ExitCode, s.Output.Text, s.Reason, want.String())
+	}
+	// A program that is not there: a job that never ran.
+	s = runWin(t, r, bgjob.Spec{Args: []string{`C:\no\such\program.exe`}})
+	if !errors.Is(s.Err(), bgjob.ErrSpawn) {
+		t.Errorf("missing program: %v %q; want Err wrapping ErrSpawn", s.State, s.Reason)
+	}
 }

@@ -81,7 +81,7 @@ func TestIntegerExtremes(t *testing.T) {
 		r := newRegistry(t, bgjob.Config{ProgressInterval: math.MaxInt64})
 		for _, softCap := range []time.Duration{math.MinInt64, -1, 1, math.MaxInt64} {
 			res, err := r.RunForeground(ctxT(t), bgjob.Spec{Command: "echo fg", Unique: true},
-				bgjob.Foreground{SoftCap: softCap, OnProgress: func(time.Duration) {}})
+				bgjob.Foreground{SoftCap: softCap, Interval: -softCap, OnProgress: func(bgjob.Snapshot) {}})
 			if err != nil {
 				t.Fatalf("SoftCap %v: %v", softCap, err)
 			}

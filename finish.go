@@ -35,6 +35,7 @@ func (r *Registry) finish(j *job, o outcome) {
 	j.state, j.exitCode, j.reason, j.ended = o.state, o.exitCode, o.reason, now
 	j.fin, j.out = fin, nil
 	j.finGen++
+	j.wakeReadersLocked() // the output is final: Done from now on
 	j.mu.Unlock()
 	r.running--
 	j.retEnd, j.retBytes = now, int64(len(fin.out.Text))
@@ -42,6 +43,7 @@ func (r *Registry) finish(j *job, o outcome) {
 	c := Completion{ID: j.id, Session: j.spec.Session, Command: j.spec.Command, State: o.state, ExitCode: o.exitCode, Ended: now}
 	if pollable {
 		r.queues[c.Session] = append(r.queues[c.Session], queued{c: c, j: j})
+		r.wakeQueueLocked(c.Session)
 		if j.holders == 0 && r.jobs[j.id] == j {
 			r.retainLocked(j)
 		}

@@ -31,13 +31,17 @@ func (r *Registry) RunForeground(ctx context.Context, spec Spec, fg Foreground) 
 		softCap = defaultSoftCap
 	}
 	capAt := begin.Add(softCap)
-	progressAt := begin.Add(r.cfg.ProgressInterval)
+	every := fg.Interval
+	if every <= 0 {
+		every = r.cfg.ProgressInterval
+	}
+	progressAt := begin.Add(every)
 	if sv != nil {
 		if res, done := r.superviseInline(ctx, j, sv, capAt, progressAt, fg.OnProgress != nil); done {
 			return res, nil
 		}
 	}
-	return r.awaitForeground(ctx, j, joined, begin, capAt, progressAt, fg.OnProgress), nil
+	return r.awaitForeground(ctx, j, joined, capAt, progressAt, every, fg.OnProgress), nil
 }
 
 // superviseInline is the start of RunForeground for the caller that
@@ -92,8 +96,9 @@ func (r *Registry) superviseInline(ctx context.Context, j *job, sv *supervisor, 
 }
 
 // awaitForeground waits, woken by the job's end, until the job ends, the
-// soft cap passes or ctx is done, reporting progress meanwhile.
-func (r *Registry) awaitForeground(ctx context.Context, j *job, joined bool, begin, capAt, progressAt time.Time, onProgress func(time.Duration)) Result {
+// soft cap passes or ctx is done, reporting progress every interval
+// meanwhile.
+func (r *Registry) awaitForeground(ctx context.Context, j *job, joined bool, capAt, progressAt time.Time, every time.Duration, onProgress func(Snapshot)) Result {
 	returned := false
 	defer func() {
 		// A panicking OnProgress, recovered by the host, leaves the job
@@ -129,8 +134,13 @@ func (r *Registry) awaitForeground(ctx context.Context, j *job, joined bool, beg
 			returned = true
 			return r.background(j, joined)
 		case <-progress:
-			onProgress(time.Since(begin))
-			progTimer.Reset(r.cfg.ProgressInterval)
+			// The snapshot is a running job's, as Status gives it; one
+			// that ended meanwhile is collected on the next turn.
+			if s := r.snapshot(j); !s.State.Done() {
+				s.Joined = joined
+				onProgress(s)
+			}
+			progTimer.Reset(every)
 		}
 	}
 }

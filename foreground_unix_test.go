@@ -72,7 +72,7 @@ func TestRunForegroundContextDetachesEarly(t *testing.T) {
 	begin := time.Now()
 	res, err := r.RunForeground(ctx, bgjob.Spec{Command: "sleep 300"}, bgjob.Foreground{
 		SoftCap:    time.Hour,
-		OnProgress: func(time.Duration) { cancel() },
+		OnProgress: func(bgjob.Snapshot) { cancel() },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +143,7 @@ func TestRunForegroundProgressPanic(t *testing.T) {
 			}
 		}()
 		r.RunForeground(ctxT(t), bgjob.Spec{Command: "sleep 0.2; echo after"}, bgjob.Foreground{
-			OnProgress: func(time.Duration) { panic("progress") },
+			OnProgress: func(bgjob.Snapshot) { panic("progress") },
 		})
 	}()
 	e := <-started
@@ -171,7 +171,7 @@ func TestRunForegroundBusyProgress(t *testing.T) {
 	res, err := r.RunForeground(ctxT(t), bgjob.Spec{
 		Command:     "for i in 1 2 3 4 5 6 7 8; do echo line$i; sleep 0.05; done",
 		IdleTimeout: 300 * time.Millisecond,
-	}, bgjob.Foreground{OnProgress: func(time.Duration) {
+	}, bgjob.Foreground{OnProgress: func(bgjob.Snapshot) {
 		if !first {
 			return
 		}
@@ -188,7 +188,7 @@ func TestRunForegroundBusyProgress(t *testing.T) {
 
 	// Cancel from inside OnProgress returns, and so does the call.
 	cancelled := false
-	res, err = r.RunForeground(ctxT(t), bgjob.Spec{Command: "sleep 300"}, bgjob.Foreground{OnProgress: func(time.Duration) {
+	res, err = r.RunForeground(ctxT(t), bgjob.Spec{Command: "sleep 300"}, bgjob.Foreground{OnProgress: func(bgjob.Snapshot) {
 		if cancelled {
 			return
 		}
@@ -305,15 +305,17 @@ func TestRunForegroundProgress(t *testing.T) {
 	r := newRegistry(t, bgjob.Config{ProgressInterval: interval})
 	var mu sync.Mutex
 	var ticks []time.Duration
+	var snaps []bgjob.Snapshot
 	returned := false
-	res, err := r.RunForeground(ctxT(t), bgjob.Spec{Command: "sleep 0.4"}, bgjob.Foreground{
-		OnProgress: func(d time.Duration) {
+	res, err := r.RunForeground(ctxT(t), bgjob.Spec{Command: "echo started; sleep 0.4"}, bgjob.Foreground{
+		OnProgress: func(s bgjob.Snapshot) {
 			mu.Lock()
 			defer mu.Unlock()
 			if returned {
 				t.Error("OnProgress called after RunForeground returned")
 			}
-			ticks = append(ticks, d)
+			ticks = append(ticks, time.Since(s.Started))
+			snaps = append(snaps, s)
 		},
 	})
 	mu.Lock()
@@ -326,9 +328,50 @@ func TestRunForegroundProgress(t *testing.T) {
 		t.Fatal("no progress during a 400ms wait with a 50ms interval")
 	}
 	for i, d := range ticks {
-		if d < interval*time.Duration(i+1) {
-			t.Errorf("tick %d at %v; want at least %v", i, d, interval*time.Duration(i+1))
+		// The job starts a moment after the call, whose start the
+		// intervals count from.
+		if want := interval*time.Duration(i+1) - 5*time.Millisecond; d < want {
+			t.Errorf("tick %d at %v of the job's age; want at least %v", i, d, want)
 		}
+	}
+	// Each report is the running job's snapshot, output included.
+	for i, s := range snaps {
+		if s.ID != res.ID || s.State != bgjob.Running || s.ExitCode != -1 || !s.Ended.IsZero() {
+			t.Errorf("report %d: %s %v exit %d ended %v; want job %s running", i, s.ID, s.State, s.ExitCode, s.Ended, res.ID)
+		}
+		if !strings.HasPrefix("started\n", s.Output.Text) || (i > 0 && len(s.Output.Text) < len(snaps[i-1].Output.Text)) {
+			t.Errorf("report %d: output %q; want the job's output so far", i, s.Output.Text)
+		}
+	}
+}
+
+// Foreground.Interval sets the interval of one call, whatever
+// Config.ProgressInterval says; zero keeps the Config's.
+func TestRunForegroundInterval(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		config   time.Duration
+		interval time.Duration
+		want     bool // some report comes within the 300ms run
+	}{
+		{"interval-overrides-a-long-config", time.Hour, 20 * time.Millisecond, true},
+		{"long-interval-overrides-a-short-config", 20 * time.Millisecond, time.Hour, false},
+		{"zero-keeps-the-config", 20 * time.Millisecond, 0, true},
+		{"negative-keeps-the-config", time.Hour, -time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRegistry(t, bgjob.Config{ProgressInterval: tc.config})
+			var n atomic.Int64
+			res, err := r.RunForeground(ctxT(t), bgjob.Spec{Command: "sleep 0.3"}, bgjob.Foreground{
+				Interval: tc.interval, OnProgress: func(bgjob.Snapshot) { n.Add(1) },
+			})
+			if err != nil || res.Detached {
+				t.Fatalf("%+v %v", res, err)
+			}
+			if got := n.Load() > 0; got != tc.want {
+				t.Errorf("%d reports; want some: %v", n.Load(), tc.want)
+			}
+		})
 	}
 }
 

@@ -32,6 +32,12 @@ func FuzzRecord(f *testing.F) {
 	b, _ = json.Marshal(&starting)
 	f.Add(b)
 	f.Add(b[:len(b)/2])
+	withArgs := valid
+	withArgs.Args = []rawText{"printf", "%s|\n", "a  b", "caf\xe9"}
+	withArgs.Command = rawText(quoteArgs(strs(withArgs.Args)))
+	b, _ = json.Marshal(&withArgs)
+	f.Add(b)
+	f.Add([]byte(`{"version":1,"id":"job_1","gen":1,"state":"exited","args":[],"started":"2026-01-02T03:04:05Z"}`))
 	f.Add([]byte(`{"version":2,"id":"job_1","state":"exited","started":"2026-01-02T03:04:05Z"}`))
 	f.Add([]byte(`{"version":1,"id":"job_1","gen":18446744073709551615,"exit_code":9223372036854775807,"pid":-1,"start_time":18446744073709551615,"timeout_ns":-9223372036854775808,"state":"running","started":"9999-12-31T23:59:59.999999999+23:59"}`))
 	f.Add([]byte(`{"version":"1","id":7,"state":true,"gen":-1,"started":0}`))

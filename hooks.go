@@ -32,7 +32,11 @@ import (
 // A wait for a job's end from that job's final Admitter (the one call
 // that runs while the job ends, before it is finished) cannot be served:
 // Wait returns at once with an error, Cancel at once with the current
-// snapshot.
+// snapshot, ReadWait with an error once it has nothing to serve. A wait
+// for output (ReadWait, Follow) is a wait for the job's end where no
+// output comes; a NextCompletion from a JobStarted hook that owns its
+// job's supervisor supervises the job to its end first, as a wait for
+// the job does (its completion may be the one it waits for).
 
 // hookRun is what the registry knows of a goroutine while it runs a hook.
 type hookRun struct {
@@ -100,14 +104,24 @@ func (r *Registry) ended(j *job) <-chan struct{} {
 	if h == nil {
 		return j.done
 	}
-	if h.j == j && h.sv != nil {
-		h.sv.runHere()
-		h.sv = nil
+	if h.j == j {
+		r.runOwn(h)
 	}
 	if h.j == j && !r.isFinished(j) {
 		return nil
 	}
 	return j.over
+}
+
+// runOwn supervises the job of the hook h to its end if h's goroutine owns
+// its supervisor (a JobStarted hook): a wait there for anything the job
+// does (its end, its output, its completion) would otherwise wait for
+// ever. NextCompletion calls it for any wait from such a hook.
+func (r *Registry) runOwn(h *hookRun) {
+	if h != nil && h.sv != nil {
+		h.sv.runHere()
+		h.sv = nil
+	}
 }
 
 // isFinished reports whether j has finished.
@@ -126,10 +140,7 @@ func (r *Registry) leaveForClose() {
 	if h == nil {
 		return
 	}
-	if h.sv != nil {
-		h.sv.runHere()
-		h.sv = nil
-	}
+	r.runOwn(h)
 	r.launchDone(h.j)
 }
 

@@ -5,6 +5,8 @@ package bgjob_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -71,6 +73,22 @@ func TestHooksCallBack(t *testing.T) {
 		{"close", func(r *bgjob.Registry, id bgjob.ID) error {
 			return r.Close(context.Background())
 		}, nil},
+		{"follow-own", func(r *bgjob.Registry, id bgjob.ID) error {
+			// To the end: from JobStarted it supervises the job there.
+			out, err := io.ReadAll(r.Follow(context.Background(), id, 0))
+			if err == nil && string(out) != "hi\n" {
+				return fmt.Errorf("followed %q; want hi", out)
+			}
+			return err
+		}, bgjob.ErrInvalidArgument},
+		{"next-completion", func(r *bgjob.Registry, id bgjob.ID) error {
+			// Another job's completion, or this one's: either comes.
+			if _, err := r.Start(context.Background(), bgjob.Spec{Command: "true", Unique: true}); err != nil {
+				return err
+			}
+			_, err := r.NextCompletion(context.Background(), "")
+			return err
+		}, nil},
 	}
 	for _, hook := range []string{"started", "finished", "complete", "admit"} {
 		for _, c := range calls {
@@ -106,7 +124,7 @@ func TestHooksCallBack(t *testing.T) {
 					}
 					select {
 					case err := <-re.done:
-						own := c.name == "wait-own" || c.name == "cancel-own"
+						own := c.name == "wait-own" || c.name == "cancel-own" || c.name == "follow-own"
 						switch {
 						case err == nil, errors.Is(err, bgjob.ErrClosed):
 						case hook == "admit" && c.ownAdmit != nil && errors.Is(err, c.ownAdmit):

@@ -1,6 +1,8 @@
 package bgjob
 
 import (
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -8,19 +10,45 @@ import (
 // the job's launch parameters (see [Registry.Start]). Knowing an ID is the
 // right to poll and cancel the job it names. The session is part of the
 // hash, so an ID only ever names jobs of one session: a host that scopes
-// IDs to a client can check Snapshot.Session once.
+// IDs to a client gives the client a [Session] view, which finds no job
+// of another session.
 type ID string
 
 // Spec describes a command to run as a job.
 //
-// The zero value of every field but Command is usable. A Spec is validated
-// before any process starts; a bad field gives an error that wraps
-// [ErrInvalidSpec] and names the field.
+// Exactly one of Command and Args must be set; the zero value of every
+// other field is usable. A Spec is validated before any process starts; a
+// bad field gives an error that wraps [ErrInvalidSpec] and names the
+// field.
 type Spec struct {
 	// Command is run as Config.Shell followed by Command, so on Unix
-	// it is a /bin/sh command line by default. It must not be empty or
-	// hold a NUL byte.
+	// it is a /bin/sh command line by default. It must not be blank or
+	// hold a NUL byte. It must be empty when Args is set.
 	Command string
+
+	// Args, if not empty, is an argument vector run with no shell:
+	// Args[0] is the program and the rest its arguments, passed as they
+	// are, so nothing needs quoting. As in os/exec, an Args[0] without a
+	// path separator is looked up in the host's PATH when the job is
+	// launched (never the job's Spec.Env PATH), and a relative path
+	// with a separator is taken relative to the job's directory; the
+	// program gets the path found as its argv[0]. A program that cannot
+	// be found makes a Failed job, as a missing shell does (see
+	// Snapshot.Err). Args[0] must not be empty, and no argument may hold
+	// a NUL byte. It is also the fast path: one exec instead of a shell's
+	// two.
+	//
+	// On Windows the command line is built by the rules that
+	// CommandLineToArgvW (and the C runtime) split it by, every
+	// argument quoted alike; cmd.exe given as Args[0] gets no special
+	// treatment, so run cmd syntax through Command instead.
+	//
+	// A job launched with Args shows, as Snapshot.Command (and in its
+	// Completion and AdmitRequest), the arguments quoted for a POSIX
+	// shell: a word of letters, digits and @%+=:,./_- as it is, any
+	// other in single quotes. On Unix, that Command run by /bin/sh runs
+	// the same argv.
+	Args []string
 
 	// Dir is the working directory. If Dir is empty, Config.Dir is used;
 	// a relative Dir is taken relative to that. It must exist and be a
@@ -48,7 +76,8 @@ type Spec struct {
 
 	// Session scopes the job to an owner, such as one client connection.
 	// Jobs of different sessions never coalesce, and List and Completions
-	// return only the jobs of the session they are given.
+	// return only the jobs of the session they are given. A [Session]
+	// view fills it in, and answers ErrNotFound for other sessions' IDs.
 	Session string
 
 	// Unique makes the launch always start a new job, even if an
@@ -84,6 +113,37 @@ func (s State) String() string {
 	return "unknown"
 }
 
+// MarshalText returns the state's name, as String does, so that a State
+// is a string in JSON. A value outside the five states is an error.
+func (s State) MarshalText() ([]byte, error) {
+	return marshalName("state", int(s), stateNames[:])
+}
+
+// UnmarshalText sets s to the state that text names, as String gives
+// it. Any other text is an error.
+func (s *State) UnmarshalText(text []byte) error {
+	return unmarshalName("state", text, stateNames[:], (*int)(s))
+}
+
+// marshalName and unmarshalName turn the enumerations' values to their
+// names and back.
+func marshalName(what string, v int, names []string) ([]byte, error) {
+	if v < 0 || v >= len(names) {
+		return nil, fmt.Errorf("bgjob: marshal %s %d: no such %s", what, v, what)
+	}
+	return []byte(names[v]), nil
+}
+
+func unmarshalName(what string, text []byte, names []string, v *int) error {
+	for i, n := range names {
+		if string(text) == n {
+			*v = i
+			return nil
+		}
+	}
+	return fmt.Errorf("bgjob: unmarshal %s %q: want one of %s", what, text, strings.Join(names, ", "))
+}
+
 // Done reports whether s is a terminal state.
 func (s State) Done() bool { return s != Running }
 
@@ -96,42 +156,69 @@ const (
 
 // Snapshot is a copy of a job's state at one moment. Nothing in it is
 // shared with the registry.
+//
+// A Snapshot marshals to JSON with snake_case names, the fields of the
+// MCP example's tools (job_id, exit_code, cwd, ...), times in RFC 3339,
+// State and Containment by name, so a host can return it as it is.
 type Snapshot struct {
-	ID      ID
-	Session string
-	Command string
-	Dir     string // the working directory the job ran in
-	State   State
+	ID      ID     `json:"job_id"`
+	Session string `json:"session"`
+	// Command is the job's Spec.Command, or for a job launched with
+	// Spec.Args, those arguments quoted for a POSIX shell (see Args).
+	Command string `json:"command"`
+	Dir     string `json:"cwd"` // the working directory the job ran in
+	State   State  `json:"state"`
 
 	// ExitCode is, for Exited, the command's status (128+n if the
 	// shell was killed by signal n); 124 for TimedOut; 130 for
 	// Cancelled; -1 while running and for Failed.
-	ExitCode int
+	ExitCode int `json:"exit_code"`
 
 	// PID is the shell's process ID; 0 if it never started, and on a
 	// joiner's snapshot taken while the first launch is still spawning
 	// the process (Status has it a moment later).
-	PID     int
-	Started time.Time // when the job was launched
-	Ended   time.Time // zero while running
+	PID     int       `json:"pid"`
+	Started time.Time `json:"started"`        // when the job was launched
+	Ended   time.Time `json:"ended,omitzero"` // zero while running
 
 	// Joined is set on the Snapshot returned by Start or RunForeground
 	// when the call joined a job that was already running instead of
 	// starting a new one.
-	Joined bool
+	Joined bool `json:"joined,omitempty"`
 
-	Output Output
+	Output Output `json:"output"`
 
 	// Containment says what held the job's processes: on Linux a cgroup
 	// of the job's own (ContainCgroup) wherever the host can make one,
 	// else its session (ContainSession); a Job Object on Windows. It is
 	// set once the process has started.
-	Containment Containment
+	Containment Containment `json:"containment"`
 
 	// Reason is a short, content-free explanation for Failed, TimedOut
 	// and Cancelled jobs, such as "idle for 30s" or "spawn: no such file
 	// or directory". It never holds the command's output.
-	Reason string
+	Reason string `json:"reason,omitempty"`
+}
+
+// Err returns an error wrapping [ErrSpawn] if the job never ran: it is
+// Failed and its process was never started (its shell or program could
+// not be spawned, or its record written; Reason says why). It returns
+// nil for every other job, running or ended: a command that exited
+// with a non-zero status, timed out or was cancelled did run, and its
+// State and ExitCode tell how it ended.
+//
+// Start and RunForeground return a job that failed to spawn with a nil
+// error, since the job exists and can be polled; check both:
+//
+//	s, err := r.Start(ctx, spec)
+//	if err == nil {
+//		err = s.Err()
+//	}
+func (s Snapshot) Err() error {
+	if s.State != Failed || (s.PID != 0 && !strings.HasPrefix(s.Reason, "spawn:") && !strings.HasPrefix(s.Reason, "state:")) {
+		return nil
+	}
+	return fmt.Errorf("bgjob: %s: %s: %w", s.ID, s.Reason, ErrSpawn)
 }
 
 // Output is the admitted output of a job. stdout and stderr share one
@@ -139,44 +226,53 @@ type Snapshot struct {
 type Output struct {
 	// Text is the admitted text. When bytes were dropped it is the head
 	// of the stream, one omission line, and the tail.
-	Text string
+	Text string `json:"text"`
 
 	// Total is the number of bytes the command has written so far.
-	Total int64
+	Total int64 `json:"total_bytes"`
 
 	// Omitted is the number of bytes of Total that Text does not hold.
-	Omitted int64
+	Omitted int64 `json:"omitted_bytes"`
 
 	// Withheld reports that the Admitter withheld the text; Text is
 	// then empty.
-	Withheld bool
+	Withheld bool `json:"withheld,omitempty"`
 
 	// Notice is a content-free remark for the reader: truncation,
 	// withholding, leftover processes that were stopped.
-	Notice string
+	Notice string `json:"notice,omitempty"`
 }
 
 // Chunk is a piece of a job's output stream returned by [Registry.Read].
+//
+// Continue from Next, never from Offset+len(Data): with an Admitter, Data
+// is admitted text whose length may differ from the raw bytes it stands
+// for, while offsets count raw bytes.
 type Chunk struct {
 	// Data holds the admitted form of the stream's bytes from Offset up
 	// to Next. Without an Admitter it is exactly those bytes.
-	Data string
+	Data string `json:"data"`
 
 	// Offset is the absolute stream offset of the first byte Data
 	// stands for.
-	Offset int64
+	Offset int64 `json:"offset"`
 
 	// Next is the offset to pass to the next Read.
-	Next int64
+	Next int64 `json:"next_offset"`
 
 	// Skipped counts the bytes between the offset asked for and Offset
-	// that the registry no longer holds (they were dropped between the
-	// head and the tail, or are part of a line cut by that drop).
-	Skipped int64
+	// that the registry no longer holds: they were dropped between the
+	// head and the tail (or are part of a line cut by that drop), or,
+	// after the job ended, the Admitter's verdict on them cannot be
+	// served by offset (it changed the number of lines of the head or
+	// the tail, which are then served whole, from their start). It
+	// never counts bytes that Read could serve: an offset inside a line
+	// of rewritten text is an error, not a skip.
+	Skipped int64 `json:"skipped,omitempty"`
 
 	// Done reports that the job has ended and Next is the end of the
 	// stream: there is nothing more to read.
-	Done bool
+	Done bool `json:"done"`
 }
 
 // Foreground configures [Registry.RunForeground].
@@ -185,13 +281,18 @@ type Foreground struct {
 	// detaches. If SoftCap is 0, it waits 30s.
 	SoftCap time.Duration
 
-	// OnProgress, if not nil, is called about every
-	// Config.ProgressInterval while RunForeground waits, with the real
-	// time elapsed since the call began. It is called in the caller's
-	// goroutine, never before the first interval has passed and never
-	// after RunForeground returns. If it panics, the panic reaches the
-	// caller and the job goes on, detached.
-	OnProgress func(elapsed time.Duration)
+	// Interval is how often OnProgress is called. If Interval is zero
+	// or negative, Config.ProgressInterval applies.
+	Interval time.Duration
+
+	// OnProgress, if not nil, is called about every Interval while
+	// RunForeground waits, with a snapshot of the running job (its
+	// output admitted, as Status gives it); the job's age is
+	// time.Since(s.Started). It is called in the caller's goroutine,
+	// never before the first interval has passed, never once the job
+	// has ended and never after RunForeground returns. If it panics,
+	// the panic reaches the caller and the job goes on, detached.
+	OnProgress func(s Snapshot)
 }
 
 // Result is what [Registry.RunForeground] returns.
@@ -202,18 +303,19 @@ type Result struct {
 
 	// Detached reports that the job is still running: poll it with
 	// Status or Read, block on it with Wait, or stop it with Cancel.
-	Detached bool
+	Detached bool `json:"detached"`
 }
 
 // Completion records that a pollable job ended. See
-// [Registry.Completions].
+// [Registry.Completions] and [Registry.NextCompletion]. It marshals to
+// JSON with the names of Snapshot's fields.
 type Completion struct {
-	ID       ID
-	Session  string
-	Command  string
-	State    State
-	ExitCode int
-	Ended    time.Time
+	ID       ID        `json:"job_id"`
+	Session  string    `json:"session"`
+	Command  string    `json:"command"`
+	State    State     `json:"state"`
+	ExitCode int       `json:"exit_code"`
+	Ended    time.Time `json:"ended"`
 }
 
 // Containment is what holds a job's processes, so that a stop reaches
@@ -247,4 +349,14 @@ func (c Containment) String() string {
 		return containNames[c]
 	}
 	return "unknown"
+}
+
+// MarshalText returns the containment's name, as String does.
+func (c Containment) MarshalText() ([]byte, error) {
+	return marshalName("containment", int(c), containNames[:])
+}
+
+// UnmarshalText sets c to the containment that text names.
+func (c *Containment) UnmarshalText(text []byte) error {
+	return unmarshalName("containment", text, containNames[:], (*int)(c))
 }

@@ -32,9 +32,13 @@ import (
 // it in, and startJob carries it out.
 type plan struct {
 	// The command line: Config.Shell (its program resolved in the host's
-	// PATH) and the command, then the wrappers around them, innermost
-	// first (durable mode's exit-marker wrapper).
+	// PATH) and the command, or Spec.Args (Args[0] resolved likewise),
+	// then the wrappers around them, innermost first (durable mode's
+	// exit-marker wrapper). args reports that the innermost command line
+	// is Spec.Args: on Windows every argument is then quoted alike, with
+	// no special case for cmd.exe.
 	argv []string
+	args bool
 	dir  string
 	env  []string
 
@@ -181,10 +185,22 @@ func (r *Registry) announce(j *job, sv *supervisor) {
 // Env, with its ID and its effective timeout. Its errors wrap
 // ErrInvalidSpec and name the field.
 func (r *Registry) prepare(spec Spec) (Spec, ID, time.Duration, error) {
-	if strings.TrimSpace(spec.Command) == "" {
-		return Spec{}, "", 0, specError("Command", "empty")
-	}
-	if hasNUL(spec.Command) {
+	switch {
+	case len(spec.Args) > 0 && spec.Command != "":
+		return Spec{}, "", 0, specError("Args", "set with Command: set exactly one of them")
+	case len(spec.Args) > 0:
+		if spec.Args[0] == "" {
+			return Spec{}, "", 0, specError("Args", "Args[0], the program, is empty")
+		}
+		for i, a := range spec.Args {
+			if hasNUL(a) {
+				return Spec{}, "", 0, specError("Args", "Args[%d] holds a NUL byte", i)
+			}
+		}
+		spec.Args = slices.Clone(spec.Args)
+	case strings.TrimSpace(spec.Command) == "":
+		return Spec{}, "", 0, specError("Command", "empty (set Command or Args)")
+	case hasNUL(spec.Command):
 		return Spec{}, "", 0, specError("Command", "holds a NUL byte")
 	}
 	if hasNUL(spec.Dir) {
@@ -225,8 +241,12 @@ func (r *Registry) prepare(spec Spec) (Spec, ID, time.Duration, error) {
 	return spec, r.jobID(&spec, dir, timeout), timeout, nil
 }
 
-// newJob makes the job for a prepared spec.
+// newJob makes the job for a prepared spec. A job launched with Args
+// shows them quoted as its Command (see Spec.Args).
 func (r *Registry) newJob(spec Spec, id ID, timeout time.Duration) *job {
+	if len(spec.Args) > 0 {
+		spec.Command = quoteArgs(spec.Args)
+	}
 	env := r.cfg.Env // never written to: jobs without Spec.Env share it
 	if len(spec.Env) > 0 {
 		extra := make([]string, 0, len(spec.Env))
@@ -258,6 +278,40 @@ func specError(field, format string, args ...any) error {
 }
 
 func hasNUL(s string) bool { return strings.IndexByte(s, 0) >= 0 }
+
+// quoteArgs quotes args for a POSIX shell: a word made only of letters,
+// digits and @%+=:,./_- stays as it is, any other (the empty one too) goes
+// in single quotes (a quote inside closes them, is escaped with a
+// backslash, and opens them again). The first word is quoted
+// too if it holds '=' or is a reserved word, which the shell would take
+// for an assignment or for syntax.
+func quoteArgs(args []string) string {
+	var b strings.Builder
+	for i, a := range args {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		bare := a != "" && strings.Trim(a, shellSafe) == ""
+		if i == 0 && (strings.Contains(a, "=") || slices.Contains(shellReserved, a)) {
+			bare = false
+		}
+		if bare {
+			b.WriteString(a)
+			continue
+		}
+		b.WriteByte('\'')
+		b.WriteString(strings.ReplaceAll(a, "'", `'\''`))
+		b.WriteByte('\'')
+	}
+	return b.String()
+}
+
+// shellSafe holds the bytes that need no quoting in a POSIX shell word.
+const shellSafe = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./_-"
+
+// shellReserved holds the POSIX shell's reserved words that are made of
+// safe bytes.
+var shellReserved = []string{"case", "do", "done", "elif", "else", "esac", "fi", "for", "if", "in", "then", "until", "while"}
 
 // mergeEnv returns base with each "KEY=value" of the lists after it set,
 // later entries replacing earlier ones of the same key.
@@ -338,15 +392,25 @@ func (r *Registry) spawn(j *job) *supervisor {
 }
 
 // plan makes j's launch plan: the command line, then what the journal
-// adds to it.
+// adds to it. A program named without a path separator (the shell's, or
+// Args[0]) is looked up in the host's PATH, as os/exec does.
 func (r *Registry) plan(j *job) (plan, error) {
-	shell, err := lookShell(r.cfg.Shell[0])
-	if err != nil {
-		return plan{}, err
+	var argv []string
+	if args := j.spec.Args; len(args) > 0 {
+		prog, err := lookShell(args[0])
+		if err != nil {
+			return plan{}, err
+		}
+		argv = append(append(make([]string, 0, len(args)), prog), args[1:]...)
+	} else {
+		shell, err := lookShell(r.cfg.Shell[0])
+		if err != nil {
+			return plan{}, err
+		}
+		argv = make([]string, 0, len(r.cfg.Shell)+1)
+		argv = append(append(append(argv, shell), r.cfg.Shell[1:]...), j.spec.Command)
 	}
-	argv := make([]string, 0, len(r.cfg.Shell)+1)
-	argv = append(append(append(argv, shell), r.cfg.Shell[1:]...), j.spec.Command)
-	pl := plan{argv: argv, dir: j.spec.Dir, env: j.env, stdin: j.spec.Stdin, cgs: r.cg}
+	pl := plan{argv: argv, args: len(j.spec.Args) > 0, dir: j.spec.Dir, env: j.env, stdin: j.spec.Stdin, cgs: r.cg}
 	r.cg.place(j, &pl)
 	if err := r.jn.wrap(j, &pl); err != nil {
 		r.cg.giveBack(&pl)

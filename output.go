@@ -20,11 +20,31 @@ const lineSlack = 4096
 // text leaves the registry only through the Admitter (admission.go),
 // never from here.
 
-// emit passes a raw chunk of j's output down the output chain.
+// emit passes a raw chunk of j's output down the output chain, and wakes
+// the readers that wait for it.
 func (j *job) emit(p []byte) {
 	j.mu.Lock()
 	j.out.write(p)
+	j.wakeReadersLocked()
 	j.mu.Unlock()
+}
+
+// wakeReadersLocked wakes the readers waiting for j's output to change.
+// j.mu must be held.
+func (j *job) wakeReadersLocked() {
+	if j.changed != nil {
+		close(j.changed)
+		j.changed = nil
+	}
+}
+
+// outputChangedLocked returns a channel that is closed when j's output
+// next changes. j.mu must be held.
+func (j *job) outputChangedLocked() <-chan struct{} {
+	if j.changed == nil {
+		j.changed = make(chan struct{})
+	}
+	return j.changed
 }
 
 // outbuf keeps the head and the tail of a job's output stream. Memory
@@ -273,8 +293,13 @@ func mapSegments(t, sep string, pieces []rawPiece) []segment {
 	return segs
 }
 
-// read serves Read for a finished job from its admitted segments.
-func (f *final) read(offset int64, max int) Chunk {
+// read serves Read for a finished job from its admitted segments. It
+// fails, with an error wrapping ErrInvalidArgument, for an offset inside a
+// line of a segment served line by line: only the raw line starts map to
+// the admitted text there, and skipping to the next one would lose the
+// rest of the line without a word (a reader that advanced by len(Data)
+// instead of Next lands there).
+func (f *final) read(offset int64, max int) (Chunk, error) {
 	total := f.out.Total
 	c := Chunk{Offset: offset, Next: offset, Done: true}
 	if f.segs == nil {
@@ -283,7 +308,7 @@ func (f *final) read(offset int64, max int) Chunk {
 		if f.out.Text != "" && offset == 0 {
 			c.Data, c.Skipped, c.Offset = f.out.Text, 0, 0
 		}
-		return c
+		return c, nil
 	}
 	for _, s := range f.segs {
 		if offset >= s.end {
@@ -321,13 +346,13 @@ func (f *final) read(offset int64, max int) Chunk {
 			for k < n && lineAt(s.rawLines, k) < int32(rel) {
 				k++
 			}
-			if k == n {
-				c.Skipped += s.end - offset
-				offset = s.end
-				continue
+			if k == n || lineAt(s.rawLines, k) != int32(rel) {
+				// Inside line k-1.
+				from, to := s.start+int64(lineAt(s.rawLines, k-1)), s.start+int64(lineEnd(s.rawLines, k-1, rawEnd))
+				return Chunk{}, fmt.Errorf("offset %d: inside a line (stream bytes %d to %d) of text that the Admitter rewrote, "+
+					"which is served by whole lines: continue from Chunk.Next, never from Offset+len(Data): %w", offset, from, to, ErrInvalidArgument)
 			}
 			from := s.start + int64(lineAt(s.rawLines, k))
-			c.Skipped += from - offset
 			e := k + 1
 			for e < n && int64(lineEnd(s.rawLines, e, rawEnd)-lineAt(s.rawLines, k)) <= int64(max) {
 				e++
@@ -337,11 +362,11 @@ func (f *final) read(offset int64, max int) Chunk {
 			c.Data, c.Offset, c.Next = text[alo:ahi], from, to
 		}
 		c.Done = c.Next == total
-		return c
+		return c, nil
 	}
 	c.Skipped += total - offset
 	c.Offset, c.Next = total, total
-	return c
+	return c, nil
 }
 
 // lineEnd returns the end of line k (the start of line k+1, or end for
@@ -364,7 +389,12 @@ func lineAt(starts []int32, k int) int32 {
 // Read returns the job's output from the absolute stream offset, at most
 // about max bytes of it. Read never consumes output: any offset may be
 // read again, by any number of readers. Asking for bytes the registry no
-// longer holds returns the next held byte with Chunk.Skipped set.
+// longer holds returns the next held byte with Chunk.Skipped set. Read
+// never waits; [Registry.ReadWait] waits for output that is not there
+// yet.
+//
+// The offset to read on from is the chunk's Next: never Offset+len(Data),
+// which is wrong as soon as an Admitter changes the length of the text.
 //
 // Without an Admitter, Data is exactly the stream's bytes [Offset, Next).
 // With one, Data is the admitted form of those bytes, so its length may
@@ -372,37 +402,64 @@ func lineAt(starts []int32, k int) int32 {
 // and Read serves whole lines, so that no secret is split between two
 // chunks: a chunk ends after a newline, running up to 4 KiB past max to
 // finish a line, and a running job's incomplete last line waits until it
-// is complete (only a line longer than max plus 4 KiB is cut). After the job ends, Data comes from the
-// final admitted text: byte for byte where the Admitter kept the length,
-// line for line where it kept the number of lines, and otherwise as the
-// whole of the head or the tail, served only from its start.
+// is complete (only a line longer than max plus 4 KiB is cut). After the
+// job ends, Data comes from the final admitted text: byte for byte where
+// the Admitter kept the length of the head (or the tail), line for line
+// where it kept its number of lines, and otherwise as the whole of the
+// head or the tail, served only from its start (an offset inside it
+// skips to its end, counted in Skipped). Served line for line, an offset
+// must be a line's start: an offset inside a line fails with
+// ErrInvalidArgument rather than skip the rest of the line.
 //
 // Read fails with ErrNotFound for an unknown ID and with
 // ErrInvalidArgument for a negative offset, an offset past the end of
-// the stream, or a max that is not positive.
+// the stream, an offset inside a line served whole (see above), or a max
+// that is not positive.
 func (r *Registry) Read(id ID, offset int64, max int) (Chunk, error) {
-	if offset < 0 {
-		return Chunk{}, fmt.Errorf("bgjob: read %s: offset %d: negative: %w", id, offset, ErrInvalidArgument)
+	return r.read(anySession, id, offset, max)
+}
+
+func (r *Registry) read(sc scope, id ID, offset int64, max int) (Chunk, error) {
+	if err := readArgs("read", id, offset, max); err != nil {
+		return Chunk{}, err
 	}
-	if max <= 0 {
-		return Chunk{}, fmt.Errorf("bgjob: read %s: max %d: not positive: %w", id, max, ErrInvalidArgument)
-	}
-	j, err := r.lookup("read", id)
+	j, err := r.lookup(sc, "read", id)
 	if err != nil {
 		return Chunk{}, err
 	}
+	return r.readJob(j, "read", offset, max)
+}
+
+// readArgs checks Read's offset and max; op names the caller.
+func readArgs(op string, id ID, offset int64, max int) error {
+	if offset < 0 {
+		return fmt.Errorf("bgjob: %s %s: offset %d: negative: %w", op, id, offset, ErrInvalidArgument)
+	}
+	if max <= 0 {
+		return fmt.Errorf("bgjob: %s %s: max %d: not positive: %w", op, id, max, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// readJob is Read of the job j, once found; op names the caller.
+func (r *Registry) readJob(j *job, op string, offset int64, max int) (Chunk, error) {
+	id := j.id
 	j.mu.Lock()
 	if f := j.fin; f != nil {
 		j.mu.Unlock()
 		if offset > f.out.Total {
-			return Chunk{}, pastEnd(id, offset, f.out.Total)
+			return Chunk{}, pastEnd(op, id, offset, f.out.Total)
 		}
-		return f.read(offset, max), nil
+		c, err := f.read(offset, max)
+		if err != nil {
+			return Chunk{}, fmt.Errorf("bgjob: %s %s: %w", op, id, err)
+		}
+		return c, nil
 	}
 	b := j.out
 	if total := b.total; offset > total {
 		j.mu.Unlock()
-		return Chunk{}, pastEnd(id, offset, total)
+		return Chunk{}, pastEnd(op, id, offset, total)
 	}
 	headEnd, tailBegin := b.held()
 	c := Chunk{Offset: offset}
@@ -444,6 +501,6 @@ func (r *Registry) Read(id ID, offset int64, max int) (Chunk, error) {
 	return c, nil
 }
 
-func pastEnd(id ID, offset, total int64) error {
-	return fmt.Errorf("bgjob: read %s: offset %d: past the end of the stream (%d): %w", id, offset, total, ErrInvalidArgument)
+func pastEnd(op string, id ID, offset, total int64) error {
+	return fmt.Errorf("bgjob: %s %s: offset %d: past the end of the stream (%d): %w", op, id, offset, total, ErrInvalidArgument)
 }

@@ -46,7 +46,10 @@ func checkOutbuf(t *testing.T, headCap, tailCap int, chunks [][]byte) {
 	f.segs = mapSegments(f.out.Text, v.separator(), pieces)
 	var off, skipped int64
 	for {
-		c := f.read(off, 1+rand.IntN(5000))
+		c, err := f.read(off, 1+rand.IntN(5000))
+		if err != nil {
+			t.Fatalf("read(%d): %v", off, err)
+		}
 		if c.Offset != off+c.Skipped || !bytes.Equal([]byte(c.Data), model[c.Offset:c.Next]) {
 			t.Fatalf("read(%d) = [%d,%d) skipped %d, data differs from the model", off, c.Offset, c.Next, c.Skipped)
 		}

@@ -43,6 +43,32 @@ func TestCommandLine(t *testing.T) {
 	}
 }
 
+// Spec.Args: every argument quoted alike, cmd.exe included, so that
+// CommandLineToArgvW gives Args back.
+func TestArgsCommandLine(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		argv []string
+		want string
+	}{
+		{"cmd-not-verbatim", []string{"cmd.exe", "/c", `echo "a b"`}, `cmd.exe /c "echo \"a b\""`},
+		{"spaces-and-quotes", []string{`C:\Program Files\p.exe`, "a  b", `c"d`, ""}, `"C:\Program Files\p.exe" "a  b" c\"d ""`},
+		{"trailing-backslash", []string{"p", `C:\dir\`, `x\`}, `p C:\dir\ x\`},
+		{"trailing-backslash-with-space", []string{"p", `C:\my dir\`}, `p "C:\my dir\\"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := argsCommandLine(tc.argv)
+			if got != tc.want {
+				t.Errorf("got %s; want %s", got, tc.want)
+			}
+			back, err := windows.DecomposeCommandLine(got)
+			if err != nil || !slices.Equal(back, tc.argv) {
+				t.Errorf("split back: %q, %v; want %q", back, err, tc.argv)
+			}
+		})
+	}
+}
+
 func TestEnvBlock(t *testing.T) {
 	t.Setenv("SYSTEMROOT", `C:\Windows`)
 	block, err := envBlock([]string{"b=2", "=C:=C:\\x", "A=1", "SystemRoot=D:\\W"})

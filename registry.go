@@ -64,9 +64,18 @@ type Registry struct {
 	closed  bool   // set once, by Close or Detach
 	seq     uint64 // the last generation handed out: launch, restore
 	// queues holds each session's undelivered completions: finish
-	// appends, Completions takes the whole queue.
+	// appends, Completions takes the whole queue, NextCompletion its
+	// oldest.
 	queues map[string][]queued
-	ret    retained // finished pollable jobs that nobody holds
+	// queueWake holds, for each session a NextCompletion waits on, a
+	// channel that finish closes (and deletes) when it queues one of
+	// that session's completions.
+	queueWake map[string]chan struct{}
+	// over is set once Close or Detach has seen every goroutine of the
+	// registry end: no completion can be queued any more. It closes
+	// every channel of queueWake.
+	over bool
+	ret  retained // finished pollable jobs that nobody holds
 }
 
 // job is one run of a command. Its ID may name several runs over time;
@@ -124,6 +133,11 @@ type job struct {
 	out         *outbuf // the raw output while running; nil once fin is set
 	fin         *final  // the admitted output once the job has ended
 	finGen      uint64  // counts changes of fin, so Readmit never overwrites a newer one
+	// changed is closed when the job's output changes: by emit when
+	// output comes, by finish when fin is set. A reader that waits for
+	// output (ReadWait) makes it, and the one who closes it clears it,
+	// so that output nobody waits for costs nothing.
+	changed chan struct{}
 }
 
 // queued is a completion waiting in its session's queue, with its job, so
@@ -172,16 +186,17 @@ func New(cfg Config) (*Registry, error) {
 	}
 	ctx, abort := context.WithCancel(context.Background())
 	r := &Registry{
-		cfg:    c,
-		key:    key,
-		jn:     jn,
-		cg:     cg,
-		ctx:    ctx,
-		abort:  abort,
-		now:    time.Now,
-		start:  startJob,
-		jobs:   make(map[ID]*job),
-		queues: make(map[string][]queued),
+		cfg:       c,
+		key:       key,
+		jn:        jn,
+		cg:        cg,
+		ctx:       ctx,
+		abort:     abort,
+		now:       time.Now,
+		start:     startJob,
+		jobs:      make(map[ID]*job),
+		queues:    make(map[string][]queued),
+		queueWake: make(map[string]chan struct{}),
 	}
 	adopted, err := jn.restore(r)
 	if err != nil {
@@ -214,10 +229,17 @@ func New(cfg Config) (*Registry, error) {
 // replaces that job with a new run.
 //
 // ctx bounds only validation, Config.Guard and the launch; the job
-// outlives it. A process that cannot be started is not an error: the
-// job ends at once as Failed, with the reason in Snapshot.Reason. Start
-// fails with an error wrapping ErrInvalidSpec, ErrRejected,
-// ErrTooManyRunning, ErrClosed or ctx.Err() when no job was launched.
+// outlives it. Start fails with an error wrapping ErrInvalidSpec,
+// ErrRejected, ErrTooManyRunning, ErrClosed or ctx.Err() when no job was
+// launched. A process that cannot be started is not such an error: a
+// job was launched, and it ends at once as Failed, with the reason in
+// Snapshot.Reason and an error wrapping ErrSpawn from Snapshot.Err. Check
+// both:
+//
+//	s, err := r.Start(ctx, spec)
+//	if err == nil {
+//		err = s.Err() // the job never ran
+//	}
 func (r *Registry) Start(ctx context.Context, spec Spec) (Snapshot, error) {
 	j, joined, _, err := r.launch(ctx, "start", spec, false)
 	if err != nil {
@@ -231,8 +253,10 @@ func (r *Registry) Start(ctx context.Context, spec Spec) (Snapshot, error) {
 // Status returns a snapshot of the job with the given ID. A running job's
 // text passes the Admitter (Partial set) on every call. It fails with
 // ErrNotFound if no such job is running or retained.
-func (r *Registry) Status(id ID) (Snapshot, error) {
-	j, err := r.lookup("status", id)
+func (r *Registry) Status(id ID) (Snapshot, error) { return r.status(anySession, id) }
+
+func (r *Registry) status(sc scope, id ID) (Snapshot, error) {
+	j, err := r.lookup(sc, "status", id)
 	if err != nil {
 		return Snapshot{}, err
 	}
@@ -240,14 +264,15 @@ func (r *Registry) Status(id ID) (Snapshot, error) {
 }
 
 // lookup finds a job that may be polled: running, or finished and
-// pollable. op names the caller's operation in the error.
-func (r *Registry) lookup(op string, id ID) (*job, error) {
+// pollable, and of sc's session if sc names one. op names the caller's
+// operation in the error.
+func (r *Registry) lookup(sc scope, op string, id ID) (*job, error) {
 	defer r.jn.purge()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.evictLocked(r.now())
 	j := r.jobs[id]
-	if j == nil || (!j.pollable && j.finished) {
+	if j == nil || (!j.pollable && j.finished) || !sc.holds(j) {
 		return nil, fmt.Errorf("bgjob: %s %s: %w", op, id, ErrNotFound)
 	}
 	return j, nil
@@ -282,7 +307,11 @@ func (j *job) snapshotLocked() (Snapshot, *rawView) {
 // snapshot, or the current one and an error wrapping ctx.Err(). It fails
 // with ErrNotFound if no such job is running or retained.
 func (r *Registry) Wait(ctx context.Context, id ID) (Snapshot, error) {
-	j, err := r.lookup("wait", id)
+	return r.wait(ctx, anySession, id)
+}
+
+func (r *Registry) wait(ctx context.Context, sc scope, id ID) (Snapshot, error) {
+	j, err := r.lookup(sc, "wait", id)
 	if err != nil {
 		return Snapshot{}, err
 	}
@@ -305,8 +334,10 @@ func (r *Registry) Wait(ctx context.Context, id ID) (Snapshot, error) {
 // and returns the final snapshot. Cancelling a job that has already ended
 // returns its snapshot unchanged. It fails with ErrNotFound if no such job
 // is running or retained.
-func (r *Registry) Cancel(id ID) (Snapshot, error) {
-	j, err := r.lookup("cancel", id)
+func (r *Registry) Cancel(id ID) (Snapshot, error) { return r.cancel(anySession, id) }
+
+func (r *Registry) cancel(sc scope, id ID) (Snapshot, error) {
+	j, err := r.lookup(sc, "cancel", id)
 	if err != nil {
 		return Snapshot{}, err
 	}
@@ -369,6 +400,77 @@ func (r *Registry) Completions(session string) []Completion {
 	return out
 }
 
+// NextCompletion blocks until the session's completion queue holds a
+// completion, then takes the oldest from the queue and returns it. It
+// takes from the same queue as Completions, so each completion is
+// delivered once, to one caller, however many goroutines call either
+// method. It wakes when a job's end queues the completion; it does not
+// poll.
+//
+// ctx bounds the wait: if it ends first, NextCompletion returns an error
+// wrapping ctx.Err(). Once Close or Detach has returned and the queue is
+// empty, it returns an error wrapping ErrClosed, since no completion can
+// come any more; a call waiting then returns it too.
+//
+// In durable mode the completion returned is recorded as delivered, as
+// by Completions.
+func (r *Registry) NextCompletion(ctx context.Context, session string) (Completion, error) {
+	for {
+		r.mu.Lock()
+		if q := r.queues[session]; len(q) > 0 {
+			e := q[0]
+			if len(q) == 1 {
+				delete(r.queues, session)
+			} else {
+				q[0] = queued{} // let the job go
+				r.queues[session] = q[1:]
+			}
+			r.mu.Unlock()
+			r.jn.delivered(e.j)
+			return e.c, nil
+		}
+		if r.over {
+			r.mu.Unlock()
+			return Completion{}, fmt.Errorf("bgjob: next completion: %w", ErrClosed)
+		}
+		wake := r.queueWake[session]
+		if wake == nil {
+			wake = make(chan struct{})
+			r.queueWake[session] = wake
+		}
+		r.mu.Unlock()
+		// From a JobStarted hook, its job runs first: it may be the
+		// one whose completion comes next (hooks.go).
+		r.runOwn(r.hooks.current())
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return Completion{}, fmt.Errorf("bgjob: next completion: %w", ctx.Err())
+		}
+	}
+}
+
+// wakeQueueLocked wakes the NextCompletion calls waiting on the session's
+// queue. r.mu must be held.
+func (r *Registry) wakeQueueLocked(session string) {
+	if wake := r.queueWake[session]; wake != nil {
+		close(wake)
+		delete(r.queueWake, session)
+	}
+}
+
+// endQueues records, once every goroutine of the registry has ended (Close
+// or Detach), that no completion will be queued any more, and wakes every
+// NextCompletion call, which then returns ErrClosed on an empty queue.
+func (r *Registry) endQueues() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.over = true
+	for session := range r.queueWake {
+		r.wakeQueueLocked(session)
+	}
+}
+
 // Running returns the number of jobs that are running.
 func (r *Registry) Running() int {
 	r.mu.Lock()
@@ -403,6 +505,7 @@ func (r *Registry) Close(ctx context.Context) error {
 		r.abort() // an Admitter that honours its ctx lets go now (fail closed)
 		<-all
 	}
+	r.endQueues()
 	r.abort()
 	r.cg.close()
 	r.jn.close()
@@ -435,6 +538,7 @@ func (r *Registry) Detach() error {
 	}
 	r.leaveForClose()
 	r.wg.Wait()
+	r.endQueues()
 	r.abort()
 	r.cg.close()
 	r.jn.close()

@@ -53,7 +53,11 @@ func startJob(pl *plan) (_ *process, _ outputReader, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	cmdline, err := windows.UTF16PtrFromString(commandLine(argv))
+	line := commandLine(argv)
+	if pl.args {
+		line = argsCommandLine(argv)
+	}
+	cmdline, err := windows.UTF16PtrFromString(line)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -205,6 +209,21 @@ func commandLine(argv []string) string {
 		if verbatim && i == len(argv)-1 {
 			b.WriteString(`"` + a + `"`)
 			continue
+		}
+		b.WriteString(windows.EscapeArg(a))
+	}
+	return b.String()
+}
+
+// argsCommandLine turns a job's Spec.Args into the command line that
+// CreateProcess takes: every argument quoted by the rules of
+// CommandLineToArgvW, with no special case for cmd.exe, so that a program
+// that splits its command line by those rules gets Args back as they were.
+func argsCommandLine(argv []string) string {
+	var b strings.Builder
+	for i, a := range argv {
+		if i > 0 {
+			b.WriteByte(' ')
 		}
 		b.WriteString(windows.EscapeArg(a))
 	}

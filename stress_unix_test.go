@@ -30,7 +30,10 @@ import (
 // (a second registry with a missing shell; a Dir removed by the Guard
 // between validation and spawn), time out (wall and idle), print
 // megabytes, leave grandchildren (some ignoring SIGTERM) or ignore SIGTERM
-// themselves. Then it closes both registries while the goroutines still
+// themselves; the calls of issue #20 are mixed in too (ReadWait, Follow,
+// NextCompletion, launches and lookups through Session views, which must
+// never reach another session's job; stress_views_unix_test.go). Then it
+// closes both registries while the goroutines still
 // run and checks, over every execution: the state, exit code and byte
 // count its Telemetry event reports; one Completion per pollable run,
 // delivered exactly once by Completions and once to OnComplete; and no
@@ -121,6 +124,7 @@ type stress struct {
 		ctxErrs, detachedDone, escapes, escapeChecks                    atomic.Int64
 	}
 	tokens atomic.Int64 // the last escape token handed out
+	fh     firstHourCounts
 }
 
 func newStress(t *testing.T, seed uint64) *stress {
@@ -375,11 +379,19 @@ func (st *stress) walk(reg *stressReg, ss *stressSpec, id bgjob.ID) {
 func (st *stress) worker(rng *rand.Rand, stop *atomic.Bool) {
 	ctx := context.Background()
 	for !stop.Load() {
-		switch p := rng.IntN(100); {
+		switch p := rng.IntN(112); {
+		case p >= 100: // ReadWait, Follow, NextCompletion, Session views
+			st.firstHour(rng, p-100)
 		case p < 22: // Start, sometimes waiting for the end
 			ss, reg := st.pick(rng)
 			spec := st.launchSpec(ss, rng)
-			s, err := reg.r.Start(ctx, spec)
+			var s bgjob.Snapshot
+			var err error
+			if rng.IntN(4) == 0 {
+				s, err = st.viewStart(reg, spec, rng)
+			} else {
+				s, err = reg.r.Start(ctx, spec)
+			}
 			if err != nil {
 				st.launchErr("Start", err)
 				continue
@@ -401,7 +413,13 @@ func (st *stress) worker(rng *rand.Rand, stop *atomic.Bool) {
 			spec := st.launchSpec(ss, rng)
 			fg := bgjob.Foreground{SoftCap: time.Duration(1+rng.IntN(500)) * time.Millisecond}
 			if rng.IntN(3) == 0 {
-				fg.OnProgress = func(time.Duration) { st.n.progress.Add(1) }
+				fg.OnProgress = func(s bgjob.Snapshot) {
+					st.n.progress.Add(1)
+					if s.State != bgjob.Running {
+						st.fail("OnProgress got a %v snapshot; want running", s.State)
+					}
+					st.checkSnap("OnProgress", ss, s)
+				}
 			}
 			fctx, cancel := context.WithTimeout(ctx, time.Duration(1+rng.IntN(1000))*time.Millisecond)
 			res, err := reg.r.RunForeground(fctx, spec, fg)
@@ -734,6 +752,9 @@ func (st *stress) verify() {
 	t.Logf("polls: %d Status, %d Read (%d bytes checked, %d past the end), %d Wait (%d timed out), %d walks, %d Cancel, %d List, %d drains, %d Readmit, %d not found, %d admissions",
 		st.n.status.Load(), st.n.reads.Load(), st.n.readBytes.Load(), st.n.readInvalid.Load(), st.n.waits.Load(), st.n.waitOut.Load(), st.n.walks.Load(),
 		st.n.cancels.Load(), st.n.lists.Load(), st.n.drains.Load(), st.n.readmits.Load(), st.n.notFound.Load(), st.n.admits.Load())
+	t.Logf("first hour: %d ReadWait (%d timed out), %d Follow (%d to EOF, %d timed out, %d bytes checked), %d NextCompletion (%d timed out), %d view lookups (%d of another session, all not found), %d view launches",
+		st.fh.readWaits.Load(), st.fh.readWaitOut.Load(), st.fh.follows.Load(), st.fh.followEOF.Load(), st.fh.followOut.Load(), st.fh.followBytes.Load(),
+		st.fh.nexts.Load(), st.fh.nextOut.Load(), st.fh.views.Load(), st.fh.viewMisses.Load(), st.fh.viewLaunches.Load())
 	if st.failures.Load() > 30 {
 		t.Errorf("%d failures in all (the first 30 shown)", st.failures.Load())
 	}

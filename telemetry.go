@@ -63,6 +63,19 @@ func (c Category) String() string {
 	return "unknown"
 }
 
+// MarshalText returns the category's name, as String does, so that a
+// Category is a string in JSON. A value outside the categories is an
+// error.
+func (c Category) MarshalText() ([]byte, error) {
+	return marshalName("category", int(c), categoryNames[:])
+}
+
+// UnmarshalText sets c to the category that text names, as String gives
+// it. Any other text is an error.
+func (c *Category) UnmarshalText(text []byte) error {
+	return unmarshalName("category", text, categoryNames[:], (*int)(c))
+}
+
 func categoryOf(s State, exitCode int) Category {
 	switch s {
 	case Exited:

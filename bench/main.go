@@ -83,6 +83,8 @@ func main() {
 		rows = append(rows, spawnRows(s)...)
 		notes = append(notes, fmt.Sprintf("spawn: %d sequential runs of /bin/sh -c true per implementation, interleaved; os/exec is exec.Command(...).Run() (no output kept); os/exec set up as bgjob runs a job (Setsid, stdout+stderr through one pipe into a buffer, Dir) took %v, bgjob in its session %.2f× that, in its cgroup %.2f×",
 			sz.spawn, s.like.Round(100*time.Nanosecond), float64(s.session)/float64(s.like), float64(s.median[bgJob])/float64(s.like)))
+		notes = append(notes, fmt.Sprintf("spawn with Spec.Args: %s with no shell, in the same rounds; os/exec is exec.Command(%q).Run(); set up as bgjob runs a job it took %v, bgjob (Spec.Args, its session) %.2f× that",
+			argvTrue[0], argvTrue[0], s.argvLike.Round(100*time.Nanosecond), float64(s.argvBgjob)/float64(s.argvLike)))
 	})
 	step("foreground", func() {
 		rows = append(rows, fgRows(runForeground(sz.foreground))...)

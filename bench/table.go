@@ -139,6 +139,7 @@ func render(w io.Writer, rows []row) (failed bool) {
 const (
 	spawnMaxRatio    = 1.10 // with the job's session as its containment
 	spawnCgroupRatio = 1.15 // with a cgroup of its own
+	spawnArgsRatio   = 1.10 // Spec.Args (no shell) against os/exec of the same argv
 	fgMaxP99         = time.Millisecond
 	captureMinRatio  = 0.90
 	captureMaxRSSMiB = 48
@@ -179,7 +180,14 @@ func spawnRows(s spawnResult) []row {
 	if s.contain != bgjob.ContainCgroup {
 		cgroup.note = "no writable cgroup v2 hierarchy here: jobs got " + s.contain.String() + " containment"
 	}
-	return []row{session, cgroup}
+	// Spec.Args: the argv run with no shell, against os/exec of the same
+	// argv; bgjob in the job's session, as the first row.
+	args := row{
+		workload: "1 spawn", metric: "start+wait argv `/bin/true`, median (Spec.Args, session)",
+		cells: [nImpl]cell{dur(s.argvOS), na, dur(s.argvBgjob)},
+		unit:  fmtDur, target: fmt.Sprintf("≤ %.2f× os/exec", spawnArgsRatio), check: relTo(spawnArgsRatio, true),
+	}
+	return []row{session, cgroup, args}
 }
 
 func fgRows(f fgResult) []row {

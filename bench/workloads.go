@@ -122,13 +122,18 @@ func runners(reg *bgjob.Registry, command string) [nImpl]runner {
 // job: a new session, stdout and stderr captured through one pipe into a
 // buffer, and an explicit working directory.
 func osExecLikeBgjob(command string) runner {
+	return osExecArgvLikeBgjob(append([]string{shell[0]}, shArgs(command)...)...)
+}
+
+// osExecArgvLikeBgjob runs argv as osExecLikeBgjob runs a command.
+func osExecArgvLikeBgjob(argv ...string) runner {
 	dir, err := os.Getwd()
 	if err != nil {
 		fatalf("getwd: %v", err)
 	}
 	return func() (int, error) {
 		var out bytes.Buffer
-		c := exec.Command(shell[0], shArgs(command)...)
+		c := exec.Command(argv[0], argv[1:]...)
 		c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 		c.Stdout, c.Stderr, c.Dir = &out, &out, dir
 		err := c.Run()
@@ -139,12 +144,48 @@ func osExecLikeBgjob(command string) runner {
 	}
 }
 
+// osExecArgv runs argv with os/exec, no shell: the floor of the Spec.Args
+// row.
+func osExecArgv(argv ...string) runner {
+	return func() (int, error) {
+		c := exec.Command(argv[0], argv[1:]...)
+		err := c.Run()
+		if c.Process == nil {
+			return 0, err
+		}
+		return c.Process.Pid, err
+	}
+}
+
+// bgjobArgsRun runs argv as a job of Spec.Args (no shell) to its end.
+func bgjobArgsRun(r *bgjob.Registry, argv ...string) runner {
+	ctx := context.Background()
+	return func() (int, error) {
+		res, err := r.RunForeground(ctx, bgjob.Spec{Args: argv}, bgjob.Foreground{SoftCap: time.Minute})
+		switch {
+		case err != nil:
+		case res.Detached:
+			err = errors.New("detached")
+		case res.State != bgjob.Exited || res.ExitCode != 0:
+			err = fmt.Errorf("%v, exit %d: %s", res.State, res.ExitCode, res.Reason)
+		}
+		return res.PID, err
+	}
+}
+
+// argvTrue is the program of the Spec.Args row: `true` with no shell.
+var argvTrue = []string{"/bin/true"}
+
 // spawnResult: workload 1.
 type spawnResult struct {
 	median  [nImpl]time.Duration // bgjob: the default containment (a cgroup where there is one)
 	contain bgjob.Containment    // what the default gave
 	session time.Duration        // bgjob with Config.Cgroup "off": the job's session only
 	like    time.Duration        // os/exec set up like bgjob (osExecLikeBgjob)
+	// The Spec.Args row: os/exec of argvTrue, and bgjob's Spec.Args of
+	// it in the job's session (Config.Cgroup "off"), as the session row;
+	// argvLike is os/exec of argvTrue set up like bgjob.
+	argvOS, argvBgjob, argvLike time.Duration
 }
 
 // shuffled returns the order of the implementations for one round: a
@@ -155,15 +196,16 @@ type spawnResult struct {
 func shuffled(rng *rand.Rand, n int) []int { return rng.Perm(n) }
 
 // runSpawn starts and waits for `true` n times with each implementation,
-// sequentially, in a random order each round. It returns the median time
-// per job.
+// sequentially, in a random order each round; and, in the same rounds,
+// /bin/true with no shell through os/exec and through Spec.Args. It
+// returns the median time per job.
 func runSpawn(n int) spawnResult {
 	reg := newRegistry(bgjob.Config{})
 	defer closeRegistry(reg)
 	plain := newRegistry(bgjob.Config{Cgroup: "off"})
 	defer closeRegistry(plain)
 	three := runners(reg, "true")
-	rs := append(three[:], osExecLikeBgjob("true"), bgjobRun(plain, "true"))
+	rs := append(three[:], osExecLikeBgjob("true"), bgjobRun(plain, "true"), osExecArgv(argvTrue...), bgjobArgsRun(plain, argvTrue...), osExecArgvLikeBgjob(argvTrue...))
 	samples := make([]stat, len(rs))
 	rng := rand.New(rand.NewPCG(3, 4))
 	for i := range n + n/10 {
@@ -185,6 +227,7 @@ func runSpawn(n int) spawnResult {
 	}
 	res.like = samples[nImpl].median()
 	res.session = samples[nImpl+1].median()
+	res.argvOS, res.argvBgjob, res.argvLike = samples[nImpl+2].median(), samples[nImpl+3].median(), samples[nImpl+4].median()
 	s, err := reg.Start(context.Background(), bgjob.Spec{Command: "true", Unique: true})
 	if err != nil {
 		fatalf("spawn: %v", err)

@@ -310,14 +310,15 @@ func (s *Server) endSession(ss *mcp.ServerSession) {
 		return
 	}
 	var wg sync.WaitGroup
-	for _, snap := range s.reg.List(id) {
+	jobs := s.reg.Session(id)
+	for _, snap := range jobs.List() {
 		if snap.State.Done() {
 			continue
 		}
 		wg.Add(1)
 		go func() { // Cancel blocks up to the kill grace: stop them together
 			defer wg.Done()
-			_, _ = s.reg.Cancel(snap.ID)
+			_, _ = jobs.Cancel(snap.ID)
 		}()
 	}
 	wg.Wait()
@@ -439,14 +440,7 @@ func (n *notifier) send(c bgjob.Completion) {
 	err := ss.Log(ctx, &mcp.LoggingMessageParams{
 		Logger: "bgjob",
 		Level:  "notice",
-		Data: JobCompleted{
-			Event:    "job_completed",
-			JobID:    string(c.ID),
-			State:    c.State.String(),
-			ExitCode: c.ExitCode,
-			Command:  c.Command,
-			Ended:    c.Ended.UTC().Format(time.RFC3339Nano),
-		},
+		Data:   JobCompleted{Event: "job_completed", Completion: c},
 	})
 	if err != nil {
 		n.s.log.Debug("mcpserver: completion notification", "id", c.ID, "err", err)
@@ -459,12 +453,10 @@ func (n *notifier) close() {
 }
 
 // JobCompleted is the data of the logging notification sent when a
-// detached or background job ends.
+// detached or background job ends: bgjob's Completion as it marshals
+// (job_id, session, command, state, exit_code, and ended in RFC 3339),
+// with an event name.
 type JobCompleted struct {
-	Event    string `json:"event"` // always "job_completed"
-	JobID    string `json:"job_id"`
-	State    string `json:"state"`
-	ExitCode int    `json:"exit_code"`
-	Command  string `json:"command"`
-	Ended    string `json:"ended"` // RFC 3339, UTC
+	Event string `json:"event"` // always "job_completed"
+	bgjob.Completion
 }

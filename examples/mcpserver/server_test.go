@@ -169,7 +169,7 @@ func (c *client) completion(id string) JobCompleted {
 			if p.Logger != "bgjob" || p.Level != "notice" || jc.Event != "job_completed" {
 				c.t.Fatalf("notification %+v: got logger %q level %q event %q; want bgjob, notice, job_completed", jc, p.Logger, p.Level, jc.Event)
 			}
-			if jc.JobID == id {
+			if string(jc.ID) == id {
 				return jc
 			}
 		case <-deadline:
@@ -362,7 +362,7 @@ func TestShellDetachesAndReadsIncrementally(t *testing.T) {
 	if all != "line0\nline1\nline2\nline3\nline4\n" {
 		t.Errorf("re-read from 0: got %q", all)
 	}
-	if jc := c.completion(out.JobID); jc.State != "exited" || jc.ExitCode != 0 || jc.Command != cmd {
+	if jc := c.completion(out.JobID); jc.State != bgjob.Exited || jc.ExitCode != 0 || jc.Command != cmd {
 		t.Errorf("completion: got %+v; want exited, 0, the command", jc)
 	}
 	c.mustFail("shell_status", map[string]any{"job_id": out.JobID, "offset": 31})
@@ -379,7 +379,7 @@ func TestBackgroundWaitAndCompletion(t *testing.T) {
 	if !w.Done || w.State != "exited" || w.ExitCode == nil || *w.ExitCode != 0 || w.Output != "done\n" {
 		t.Errorf("shell_wait: got %+v; want done, exited 0, output done", w)
 	}
-	if jc := c.completion(id); jc.State != "exited" || jc.ExitCode != 0 {
+	if jc := c.completion(id); jc.State != bgjob.Exited || jc.ExitCode != 0 {
 		t.Errorf("completion: got %+v; want exited 0", jc)
 	}
 	var l ListOutput
@@ -493,7 +493,7 @@ func TestCancelStopsProcessTree(t *testing.T) {
 	if again.State != cr.State || *again.ExitCode != *cr.ExitCode || again.DurationMs != cr.DurationMs {
 		t.Errorf("second shell_cancel: got %+v; want %+v", again, cr)
 	}
-	if jc := c.completion(id); jc.State != "cancelled" || jc.ExitCode != 130 {
+	if jc := c.completion(id); jc.State != bgjob.Cancelled || jc.ExitCode != 130 {
 		t.Errorf("completion: got %+v; want cancelled 130", jc)
 	}
 }
@@ -526,7 +526,7 @@ func TestRequestCancellationStopsJob(t *testing.T) {
 	if len(l.Jobs) != 1 {
 		t.Fatalf("shell_list: got %d jobs; want 1", len(l.Jobs))
 	}
-	if jc := c.completion(l.Jobs[0].JobID); jc.State != "cancelled" {
+	if jc := c.completion(l.Jobs[0].JobID); jc.State != bgjob.Cancelled {
 		t.Errorf("completion: got %+v; want cancelled", jc)
 	}
 }
@@ -569,10 +569,10 @@ func TestSessionsAreIsolated(t *testing.T) {
 	// Completions go to the owner only.
 	a.mustCall("shell_cancel", map[string]any{"job_id": id}, nil)
 	b.mustCall("shell_cancel", map[string]any{"job_id": ob.JobID}, nil)
-	if jc := a.completion(id); jc.State != "cancelled" {
+	if jc := a.completion(id); jc.State != bgjob.Cancelled {
 		t.Errorf("a's completion: got %+v", jc)
 	}
-	if jc := b.completion(ob.JobID); jc.State != "cancelled" {
+	if jc := b.completion(ob.JobID); jc.State != bgjob.Cancelled {
 		t.Errorf("b's completion: got %+v", jc)
 	}
 	// Each got exactly its own: a's channel holds nothing about b's job.

@@ -150,14 +150,22 @@ func (s *Server) addTools() {
 
 func ptr[T any](v T) *T { return &v }
 
+// jobs returns the bgjob session of an MCP connection: a view of the
+// registry that reaches this connection's jobs only, and answers a job of
+// another connection exactly as an unknown one (bgjob.ErrNotFound), so a
+// client cannot even learn that another's job ID exists.
+func (s *Server) jobs(ss *mcp.ServerSession) *bgjob.Session {
+	return s.reg.Session(s.session(ss))
+}
+
 func (s *Server) shell(ctx context.Context, req *mcp.CallToolRequest, in ShellInput) (*mcp.CallToolResult, ShellOutput, error) {
+	jobs := s.jobs(req.Session)
 	spec := bgjob.Spec{
 		Command:     in.Command,
 		Dir:         in.Cwd,
 		Stdin:       in.Stdin,
 		Timeout:     time.Duration(in.TimeoutMs) * time.Millisecond,
 		IdleTimeout: time.Duration(in.IdleTimeoutMs) * time.Millisecond,
-		Session:     s.session(req.Session),
 	}
 	wait, err := duration("wait_ms", in.WaitMs)
 	if err != nil {
@@ -167,7 +175,7 @@ func (s *Server) shell(ctx context.Context, req *mcp.CallToolRequest, in ShellIn
 		return nil, ShellOutput{}, errors.New("timeout_ms and idle_timeout_ms must not be negative")
 	}
 	if in.Background {
-		snap, err := s.reg.Start(ctx, spec)
+		snap, err := jobs.Start(ctx, spec)
 		if err != nil {
 			return nil, ShellOutput{}, launchError(err)
 		}
@@ -179,16 +187,19 @@ func (s *Server) shell(ctx context.Context, req *mcp.CallToolRequest, in ShellIn
 	if tok := req.Params.GetProgressToken(); tok != nil {
 		// OnProgress runs in this goroutine while RunForeground waits,
 		// so ctx (the request's) is the right bound for the write.
-		fg.OnProgress = func(elapsed time.Duration) {
+		begin := time.Now()
+		fg.OnProgress = func(snap bgjob.Snapshot) {
+			elapsed := time.Since(begin)
 			_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
 				ProgressToken: tok,
 				Progress:      elapsed.Seconds(),
 				Total:         wait.Seconds(),
-				Message:       fmt.Sprintf("running for %s; detaches after %s", elapsed.Round(time.Second), wait),
+				Message: fmt.Sprintf("running for %s, %d bytes of output; detaches after %s",
+					elapsed.Round(time.Second), snap.Output.Total, wait),
 			})
 		}
 	}
-	res, err := s.reg.RunForeground(ctx, spec, fg)
+	res, err := jobs.RunForeground(ctx, spec, fg)
 	if err != nil {
 		return nil, ShellOutput{}, launchError(err)
 	}
@@ -196,7 +207,7 @@ func (s *Server) shell(ctx context.Context, req *mcp.CallToolRequest, in ShellIn
 		// The client cancelled the request (or went away): it will never
 		// see the job ID, so stop the job instead of leaving it behind.
 		// A joined job belongs to an earlier call too, and goes on.
-		snap, _ := s.reg.Cancel(res.ID)
+		snap, _ := jobs.Cancel(res.ID)
 		return nil, shellOutput(snap, false), ctx.Err()
 	}
 	out := shellOutput(res.Snapshot, res.Detached)
@@ -301,25 +312,15 @@ func textResult(text string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}
 }
 
-// own returns the job id if it belongs to the caller's session. A job of
-// another session is reported exactly as an unknown one, so that a
-// session cannot even learn that another's ID exists.
-func (s *Server) own(ss *mcp.ServerSession, id string) (bgjob.Snapshot, error) {
-	snap, err := s.reg.Status(bgjob.ID(id))
-	if err != nil || snap.Session != s.session(ss) {
-		return bgjob.Snapshot{}, notFound(id)
-	}
-	return snap, nil
-}
-
 func notFound(id string) error {
 	return fmt.Errorf("no job %q in this session (it may have ended long ago and been forgotten)", id)
 }
 
 func (s *Server) status(_ context.Context, req *mcp.CallToolRequest, in StatusInput) (*mcp.CallToolResult, StatusOutput, error) {
-	snap, err := s.own(req.Session, in.JobID)
+	jobs := s.jobs(req.Session)
+	snap, err := jobs.Status(bgjob.ID(in.JobID))
 	if err != nil {
-		return nil, StatusOutput{}, err
+		return nil, StatusOutput{}, notFound(in.JobID)
 	}
 	max := in.MaxBytes
 	switch {
@@ -330,7 +331,7 @@ func (s *Server) status(_ context.Context, req *mcp.CallToolRequest, in StatusIn
 	case max > maxMaxBytes:
 		max = maxMaxBytes
 	}
-	c, err := s.reg.Read(snap.ID, in.Offset, max)
+	c, err := jobs.Read(snap.ID, in.Offset, max)
 	switch {
 	case errors.Is(err, bgjob.ErrNotFound):
 		return nil, StatusOutput{}, notFound(in.JobID)
@@ -342,7 +343,7 @@ func (s *Server) status(_ context.Context, req *mcp.CallToolRequest, in StatusIn
 	if c.Done && !snap.State.Done() {
 		// The job ended between Status and Read: report its end with
 		// the chunk that says so.
-		if s2, err := s.reg.Status(snap.ID); err == nil {
+		if s2, err := jobs.Status(snap.ID); err == nil {
 			snap = s2
 		}
 	}
@@ -429,12 +430,9 @@ func (s *Server) wait(ctx context.Context, req *mcp.CallToolRequest, in WaitInpu
 	if err != nil {
 		return nil, JobResult{}, err
 	}
-	if _, err := s.own(req.Session, in.JobID); err != nil {
-		return nil, JobResult{}, err
-	}
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	snap, err := s.reg.Wait(wctx, bgjob.ID(in.JobID))
+	snap, err := s.jobs(req.Session).Wait(wctx, bgjob.ID(in.JobID))
 	switch {
 	case errors.Is(err, bgjob.ErrNotFound):
 		return nil, JobResult{}, notFound(in.JobID)
@@ -451,10 +449,7 @@ func (s *Server) wait(ctx context.Context, req *mcp.CallToolRequest, in WaitInpu
 }
 
 func (s *Server) cancel(_ context.Context, req *mcp.CallToolRequest, in JobInput) (*mcp.CallToolResult, JobResult, error) {
-	if _, err := s.own(req.Session, in.JobID); err != nil {
-		return nil, JobResult{}, err
-	}
-	snap, err := s.reg.Cancel(bgjob.ID(in.JobID))
+	snap, err := s.jobs(req.Session).Cancel(bgjob.ID(in.JobID))
 	if err != nil {
 		return nil, JobResult{}, notFound(in.JobID)
 	}
@@ -463,7 +458,7 @@ func (s *Server) cancel(_ context.Context, req *mcp.CallToolRequest, in JobInput
 }
 
 func (s *Server) list(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, ListOutput, error) {
-	snaps := s.reg.List(s.session(req.Session))
+	snaps := s.jobs(req.Session).List()
 	out := ListOutput{Jobs: make([]JobInfo, 0, len(snaps))}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d jobs.", len(snaps))
