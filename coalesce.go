@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"math"
 	"slices"
 	"time"
 
@@ -80,6 +81,17 @@ func hashID(h *blake3.Hasher, spec *Spec, dir string, timeout time.Duration) ID 
 		for _, a := range spec.Args {
 			field(a)
 		}
+	}
+	if l := spec.Limits; !l.IsZero() {
+		// Launches that differ only in their limits are different jobs;
+		// those without limits keep the IDs they always had.
+		field("limits")
+		number(l.Memory)
+		number(int64(l.Processes))
+		number(int64(math.Float64bits(l.CPU)))
+		number(int64(l.CPUTime))
+		number(l.FileSize)
+		number(int64(l.OpenFiles))
 	}
 	if spec.Unique {
 		var nonce [16]byte

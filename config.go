@@ -154,6 +154,11 @@ type Config struct {
 	// it is set.
 	Subreaper bool
 
+	// Limits holds the limits of every job; a non-zero field of
+	// Spec.Limits replaces its own (see [Limits]). New fails with
+	// ErrUnsupported if this host cannot enforce them.
+	Limits Limits
+
 	// Cgroup says where jobs get a cgroup of their own, on Linux. If
 	// Cgroup is empty, the registry looks for a writable cgroup v2
 	// hierarchy (in /proc/self/mountinfo) and makes its folder inside
@@ -296,6 +301,9 @@ func (c Config) normalize() (Config, error) {
 		case *n.v == 0:
 			*n.v = n.def
 		}
+	}
+	if field, why := c.Limits.check(); field != "" {
+		return c, configError(field, "%s", why)
 	}
 	// The output bounds are sizes of memory: keep them far from overflow.
 	for _, n := range ints[1:] {

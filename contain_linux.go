@@ -32,10 +32,9 @@ import (
 // group in the cgroup, then kills the cgroup (cgroup.kill); the job is
 // done when the cgroup is empty. A cgroup costs a mkdir and an rmdir,
 // done while some job runs (tidy, from the job's settle), never on a
-// launch's path: a launch takes a cgroup made ahead, and hands its
-// emptied one back to be removed. A cgroup is never used twice: a job may
-// write its own cgroup's files (freeze it, change its type), and that
-// must not reach another job.
+// launch's path: a launch takes a cgroup made ahead or one a job left
+// empty and untouched (see cgroups), and hands its emptied one back. A job
+// with limits gets a new cgroup of its own, which goes when it ends.
 //
 // Without a cgroup, the job's tree is its session (every process group
 // in it) and every process whose environment holds the job's marker,
@@ -66,6 +65,7 @@ type cgroups struct {
 	in     int         // the inotify instance watching the job cgroups, or -1 (a raw descriptor: never blocking)
 	home   string      // the host's own cgroup folder at New, or "" if unknown
 	guard  *guard      // memory mode: stops the jobs if the host dies
+	ctl    controllers // the controllers the job cgroups have (see enableControllers)
 
 	mu   sync.Mutex           // guards the fields below; taken after Registry.mu and job.mu, if at all
 	free []*jobCgroup         // empty, untouched job cgroups, for the next launches
@@ -82,8 +82,12 @@ type jobCgroup struct {
 	dir     string
 	fd      int      // the folder, for clone3
 	events  *os.File // its cgroup.events, which tells when it is empty
+	cpu     *os.File // its cpu.stat, for the job's usage; nil if it cannot be read
+	base    cpuTimes // cpu.stat when the job got it (the jobs before used that)
 	wd      int32    // its inotify watch, or -1
 	touched bool     // something other than the kernel changed it (guarded by cgroups.mu)
+	reused  bool     // a job ran in it before: its memory.peak is not this job's
+	limited bool     // limits were written to it: it is never reused
 }
 
 // closeFiles closes what g holds open.
@@ -95,6 +99,10 @@ func (g *jobCgroup) closeFiles() {
 	if g.events != nil {
 		g.events.Close()
 		g.events = nil
+	}
+	if g.cpu != nil {
+		g.cpu.Close()
+		g.cpu = nil
 	}
 }
 
@@ -145,6 +153,7 @@ func openCgroupFolder(c *Config) (*cgroups, error) {
 	}
 	cg.dir = dir
 	cg.home = ownCgroup()
+	cg.ctl = enableControllers(dir)
 	if fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC); err == nil {
 		cg.in = fd
 	} else {
@@ -295,17 +304,32 @@ func removeCgroupTree(dir string) {
 // place is the containment step of a launch: it gives the job a cgroup
 // (pl.cg) if the registry has a folder, and a marker (pl.marker) that goes
 // into the job's environment if it ends up without one.
-func (c *cgroups) place(j *job, pl *plan) {
+//
+// Limits that the cgroup's controllers enforce are written to a new
+// cgroup, and taken out of pl.limits; the rest stay there for the shell
+// to set (see limitArgv). A job whose limits need a controller fails if
+// it gets no cgroup.
+func (c *cgroups) place(j *job, pl *plan) error {
 	pl.marker = markerVar + "=" + c.token + "." + strconv.FormatUint(j.gen, 10)
 	if c.dir == "" || c.off.Load() {
-		return
+		return c.enforceableErr(pl.limits)
+	}
+	if c.ctl.covers(pl.limits) {
+		g, err := c.makeLimited(pl.limits)
+		if err != nil {
+			return fmt.Errorf("cgroup limits: %w", err)
+		}
+		pl.cg = g
+		pl.limits = c.ctl.rest(pl.limits)
+		return nil
 	}
 	g, err := c.take()
 	if err != nil {
 		c.log.Warn("bgjob: no cgroup for the job; it is contained by its session", "id", j.id, "err", err)
-		return
+		return c.enforceableErr(pl.limits)
 	}
 	pl.cg = g
+	return nil
 }
 
 // take returns an empty job cgroup: one from the pool, or a new one. A
@@ -330,6 +354,7 @@ func (c *cgroups) take() (*jobCgroup, error) {
 			return c.make()
 		}
 		if !populatedAt(g.events) {
+			g.reused = true
 			return g, nil
 		}
 		c.mu.Lock()
@@ -357,6 +382,7 @@ func (c *cgroups) make() (*jobCgroup, error) {
 		return nil, err
 	}
 	g := &jobCgroup{dir: dir, fd: fd, events: events, wd: -1}
+	g.cpu, _ = os.Open(filepath.Join(dir, "cpu.stat"))
 	if c.in >= 0 {
 		const changes = unix.IN_MODIFY | unix.IN_ATTRIB | unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO
 		if wd, err := unix.InotifyAddWatch(c.in, dir, changes); err == nil {
@@ -375,7 +401,7 @@ func (c *cgroups) make() (*jobCgroup, error) {
 func (c *cgroups) recycle(g *jobCgroup) {
 	c.noticeChanges()
 	c.mu.Lock()
-	reuse := g.wd >= 0 && !g.touched && len(c.free) < maxFree && !c.off.Load()
+	reuse := g.wd >= 0 && !g.touched && !g.limited && len(c.free) < maxFree && !c.off.Load()
 	c.mu.Unlock()
 	if populatedAt(g.events) && hostIn(g.dir) {
 		// The job moved the host into its cgroup (and so touched it).
@@ -387,6 +413,10 @@ func (c *cgroups) recycle(g *jobCgroup) {
 		var buf [128]byte
 		n, _ := g.events.ReadAt(buf[:], 0)
 		reuse = bytes.Contains(buf[:max(n, 0)], []byte("populated 0")) && bytes.Contains(buf[:max(n, 0)], []byte("frozen 0"))
+	}
+	if reuse {
+		// The next job's usage counts from here.
+		g.base, _ = readCPUTimes(g.cpu)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

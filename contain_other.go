@@ -10,10 +10,11 @@ type cgroups struct{}
 // jobCgroup is a job's cgroup: none here.
 type jobCgroup struct{}
 
-func openCgroups(*Config) (*cgroups, error) { return &cgroups{}, nil }
-func (*cgroups) place(*job, *plan)          {}
-func (*cgroups) giveBack(*plan)             {}
-func (*cgroups) close()                     {}
-func (*cgroups) retire(string)              {}
-func (*cgroups) disable(error)              {}
-func (*cgroups) clearExcept([]string)       {}
+func openCgroups(*Config) (*cgroups, error)         { return &cgroups{}, nil }
+func (c *cgroups) place(_ *job, pl *plan) error     { return c.enforceableErr(pl.limits) }
+func (*cgroups) enforceable(l Limits) *limitProblem { return enforceable(l) }
+func (*cgroups) giveBack(*plan)                     {}
+func (*cgroups) close()                             {}
+func (*cgroups) retire(string)                      {}
+func (*cgroups) disable(error)                      {}
+func (*cgroups) clearExcept([]string)               {}

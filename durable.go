@@ -76,6 +76,15 @@ type record struct {
 	// the entry in its environment that marks its processes, if not.
 	Cgroup rawText `json:"cgroup,omitempty"`
 	Marker string  `json:"marker,omitempty"`
+	// CgroupCPUBase is the CPU time (user, system; microseconds) that
+	// the cgroup had counted when the job got it, which the job's usage
+	// leaves out.
+	CgroupCPUBase [2]int64 `json:"cgroup_cpu_base_us,omitzero"`
+	// Limits are the job's effective limits; Usage, once it ended, what
+	// it used; Category how it ended ("limit" when a limit stopped it).
+	Limits   *Limits `json:"limits,omitempty"`
+	Usage    *Usage  `json:"usage,omitempty"`
+	Category string  `json:"category,omitempty"`
 	// KeeperPID and KeeperStart name the job's keeper (see
 	// durable_io_linux.go), which copies its output to the file once
 	// no host does.
@@ -456,6 +465,10 @@ func (st *store) launching(j *job) error {
 		Command: rawText(j.spec.Command), Args: rawTexts(j.spec.Args), Dir: rawText(j.spec.Dir), Timeout: j.timeout, IdleTimeout: j.spec.IdleTimeout,
 		State: stateStarting, ExitCode: exitUnknown, Started: j.started, Pollable: true,
 	}
+	if !j.limits.IsZero() {
+		l := j.limits
+		rr.rec.Limits = &l
+	}
 	err := os.MkdirAll(filepath.Dir(rr.dir), 0o700)
 	if err == nil {
 		if err = os.Mkdir(rr.dir, 0o700); errors.Is(err, os.ErrExist) {
@@ -510,6 +523,7 @@ func (st *store) started(j *job, p *process) {
 	rr.rec.State, rr.rec.PID, rr.rec.StartTime, rr.rec.BootID = Running.String(), p.pid, start, bootID()
 	if kind == ContainCgroup {
 		rr.rec.Cgroup = rawText(where)
+		rr.rec.CgroupCPUBase = p.cpuBase()
 	} else {
 		rr.rec.Marker = where
 	}
@@ -531,6 +545,13 @@ func (st *store) ending(j *job) func(outcome, time.Time, bool) {
 	return func(o outcome, ended time.Time, pollable bool) {
 		defer rr.mu.Unlock()
 		rr.rec.State, rr.rec.ExitCode, rr.rec.Reason, rr.rec.Notice = o.state.String(), o.exitCode, rawText(o.reason), o.notice
+		rr.rec.Usage, rr.rec.Category = nil, ""
+		if o.usage != (Usage{}) {
+			rr.rec.Usage = &o.usage
+		}
+		if o.limit != "" {
+			rr.rec.Category = CategoryLimit.String()
+		}
 		rr.rec.Ended, rr.rec.Pollable = ended, pollable
 		st.writeLocked(rr)
 	}
@@ -662,6 +683,9 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 				state: Running, exitCode: exitUnknown, pid: rec.PID,
 			}
 			j.spec.Timeout = rec.Timeout
+			if rec.Limits != nil {
+				j.limits = *rec.Limits
+			}
 			st.runs[j] = rr
 			r.seq = max(r.seq, rec.Gen)
 			var o outcome
@@ -714,6 +738,12 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 				}
 			default:
 				o = outcome{state: parseState(rec.State), exitCode: rec.ExitCode, reason: string(rec.Reason), notice: rec.Notice}
+				if rec.Usage != nil {
+					o.usage = *rec.Usage
+				}
+				if rec.Category == CategoryLimit.String() {
+					o.limit = o.reason
+				}
 			}
 			if rec.State == stateStarting || rec.State == Running.String() {
 				// It ended while no Registry watched it: its end is

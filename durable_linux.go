@@ -178,6 +178,7 @@ func adoptProcess(rec *record, run string, exited func() bool, lim readLimits, c
 	// damaged one must not have the registry kill another cgroup.
 	if _, err := os.Stat(filepath.Join(string(rec.Cgroup), "cgroup.procs")); rec.Cgroup != "" && err == nil && cgs.owns(string(rec.Cgroup)) {
 		p.cgroup, p.cgs = string(rec.Cgroup), cgs
+		p.cgBase = cpuTimes{user: rec.CgroupCPUBase[0], system: rec.CgroupCPUBase[1]}
 	} else {
 		p.marker, p.since = rec.Marker, start
 	}

@@ -449,3 +449,12 @@ func TestWindowsArgs(t *testing.T) {
 		t.Errorf("missing program: %v %q; want Err wrapping ErrSpawn", s.State, s.Reason)
 	}
 }
+
+// selfUserCPU returns the user CPU time this process has used.
+func selfUserCPU() time.Duration {
+	var creation, exit, kernel, user windows.Filetime
+	if windows.GetProcessTimes(windows.CurrentProcess(), &creation, &exit, &kernel, &user) != nil {
+		return 0
+	}
+	return time.Duration(uint64(user.HighDateTime)<<32|uint64(user.LowDateTime)) * 100
+}

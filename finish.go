@@ -6,6 +6,12 @@ type outcome struct {
 	exitCode int
 	reason   string
 	notice   string // about leftover processes
+	usage    Usage
+	// limit is the reason of the limit that stopped the job, as the
+	// kernel told it; else, for a job that failed, finish looks in the
+	// end of its output for a breach of the limits in infer.
+	limit string
+	infer Limits
 }
 
 // finish ends j: it admits j's final output, records how the job ended
@@ -25,6 +31,16 @@ func (r *Registry) finish(j *job, o outcome) {
 		fin = r.admitFinal(j, v, o.notice)
 	}
 	now := r.now()
+	if o.limit == "" && !o.infer.IsZero() {
+		o.limit = inferLimit(o.infer, v.last(inferTail))
+	}
+	category := categoryOf(o.state, o.exitCode)
+	if o.limit != "" {
+		category = CategoryLimit
+		if o.reason == "" {
+			o.reason = o.limit
+		}
+	}
 
 	// The journal's record of the end is held from before the table
 	// changes until it is written, so that a delivery or a purge of this
@@ -33,6 +49,7 @@ func (r *Registry) finish(j *job, o outcome) {
 	r.mu.Lock()
 	j.mu.Lock()
 	j.state, j.exitCode, j.reason, j.ended = o.state, o.exitCode, o.reason, now
+	j.category, j.usage = category, o.usage
 	j.fin, j.out = fin, nil
 	j.finGen++
 	j.wakeReadersLocked() // the output is final: Done from now on
@@ -75,7 +92,7 @@ func (r *Registry) finish(j *job, o outcome) {
 			t.JobFinished(Event{
 				ID: j.id, Session: j.spec.Session, State: o.state, ExitCode: o.exitCode,
 				Duration: now.Sub(j.started), Bytes: v.total, Background: pollable,
-				Category: categoryOf(o.state, o.exitCode),
+				Category: category,
 			})
 		}
 		if pollable && onComplete != nil {

@@ -83,6 +83,13 @@ type Spec struct {
 	// Unique makes the launch always start a new job, even if an
 	// identical one is running.
 	Unique bool
+
+	// Limits bounds what the job may use (see [Limits]); a zero field
+	// takes Config.Limits's. A launch with limits this host cannot
+	// enforce fails before any process starts, with ErrUnsupported.
+	// Launches with different limits are different jobs: they never
+	// coalesce.
+	Limits Limits
 }
 
 // State is the lifecycle state of a job. A job is Running until it reaches
@@ -198,6 +205,12 @@ type Snapshot struct {
 	// and Cancelled jobs, such as "idle for 30s" or "spawn: no such file
 	// or directory". It never holds the command's output.
 	Reason string `json:"reason,omitempty"`
+
+	// Usage is what the job's processes used (see [Usage]): for a
+	// finished job, its whole run; for a running one, its run so far
+	// where its cgroup (Linux) or Job Object (Windows) tells it, else
+	// zero.
+	Usage Usage `json:"usage,omitzero"`
 }
 
 // Err returns an error wrapping [ErrSpawn] if the job never ran: it is

@@ -21,6 +21,7 @@ func TestJSONRoundTrip(t *testing.T) {
 		ID: "job_0123456789abcdef", Session: "s1", Command: "make test", Dir: "/src",
 		State: bgjob.TimedOut, ExitCode: 124, PID: 4242, Started: started, Ended: ended,
 		Joined: true, Output: out, Containment: bgjob.ContainCgroup, Reason: "timed out after 1s",
+		Usage: bgjob.Usage{UserCPU: 1500 * time.Millisecond, SystemCPU: 2 * time.Millisecond, PeakMemory: 3 << 20},
 	}
 	for _, tc := range []struct {
 		name string
@@ -30,7 +31,10 @@ func TestJSONRoundTrip(t *testing.T) {
 		{"snapshot", snap, `{"job_id":"job_0123456789abcdef","session":"s1","command":"make test","cwd":"/src",` +
 			`"state":"timed_out","exit_code":124,"pid":4242,"started":"2026-11-29T10:00:00.123456789Z",` +
 			`"ended":"2026-11-29T10:00:01.623456789Z","joined":true,"output":{"text":"head\n[... 7 bytes omitted ...]\ntail\n",` +
-			`"total_bytes":17,"omitted_bytes":7,"notice":"output truncated"},"containment":"cgroup","reason":"timed out after 1s"}`},
+			`"total_bytes":17,"omitted_bytes":7,"notice":"output truncated"},"containment":"cgroup","reason":"timed out after 1s",` +
+			`"usage":{"user_cpu_ns":1500000000,"system_cpu_ns":2000000,"peak_memory_bytes":3145728}}`},
+		{"limits", bgjob.Limits{Memory: 1 << 30, Processes: 64, CPU: 1.5, CPUTime: time.Minute, FileSize: 1 << 20, OpenFiles: 256},
+			`{"memory_bytes":1073741824,"processes":64,"cpu":1.5,"cpu_time_ns":60000000000,"file_size_bytes":1048576,"open_files":256}`},
 		{"running-snapshot-has-no-end", bgjob.Snapshot{ID: "job_1", State: bgjob.Running, ExitCode: -1, Started: started},
 			`{"job_id":"job_1","session":"","command":"","cwd":"","state":"running","exit_code":-1,"pid":0,` +
 				`"started":"2026-11-29T10:00:00.123456789Z","output":{"text":"","total_bytes":0,"omitted_bytes":0},"containment":"session"}`},

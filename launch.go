@@ -53,6 +53,12 @@ type plan struct {
 	cg     *jobCgroup
 	cgs    *cgroups
 	marker string
+
+	// The job's limits that are still to be enforced: all of them at
+	// first; the containment step takes out those its cgroup enforces,
+	// and limitArgv those the shell sets (Unix). On Windows the Job
+	// Object takes them.
+	limits Limits
 }
 
 // outputPlan says where a job's stdout and stderr go: always a pipe the
@@ -232,6 +238,12 @@ func (r *Registry) prepare(spec Spec) (Spec, ID, time.Duration, error) {
 	if spec.IdleTimeout < 0 {
 		return Spec{}, "", 0, specError("IdleTimeout", "negative (%v)", spec.IdleTimeout)
 	}
+	if field, why := spec.Limits.check(); field != "" {
+		return Spec{}, "", 0, specError(field, "%s", why)
+	}
+	if p := r.cg.enforceable(spec.Limits.over(r.cfg.Limits)); p != nil {
+		return Spec{}, "", 0, p.err("Spec", ErrInvalidSpec)
+	}
 	spec.Dir = dir
 	spec.Env = maps.Clone(spec.Env)
 	timeout := spec.Timeout
@@ -260,6 +272,7 @@ func (r *Registry) newJob(spec Spec, id ID, timeout time.Duration) *job {
 		id:       id,
 		spec:     spec,
 		timeout:  timeout,
+		limits:   spec.Limits.over(r.cfg.Limits),
 		env:      env,
 		started:  r.now(),
 		over:     make(chan struct{}),
@@ -376,6 +389,7 @@ func (r *Registry) spawn(j *job) *supervisor {
 		return end(outcome{state: Failed, exitCode: exitUnknown, reason: "spawn: " + err.Error()})
 	}
 	r.jn.started(j, p)
+	j.watchUsage(p)
 	kind, _ := p.containment()
 	j.mu.Lock()
 	j.pid, j.containment = p.pid, kind
@@ -410,8 +424,11 @@ func (r *Registry) plan(j *job) (plan, error) {
 		argv = make([]string, 0, len(r.cfg.Shell)+1)
 		argv = append(append(append(argv, shell), r.cfg.Shell[1:]...), j.spec.Command)
 	}
-	pl := plan{argv: argv, args: len(j.spec.Args) > 0, dir: j.spec.Dir, env: j.env, stdin: j.spec.Stdin, cgs: r.cg}
-	r.cg.place(j, &pl)
+	pl := plan{argv: argv, args: len(j.spec.Args) > 0, dir: j.spec.Dir, env: j.env, stdin: j.spec.Stdin, cgs: r.cg, limits: j.limits}
+	if err := r.cg.place(j, &pl); err != nil {
+		return plan{}, err
+	}
+	limitArgv(&pl, r.defaultShell)
 	if err := r.jn.wrap(j, &pl); err != nil {
 		r.cg.giveBack(&pl)
 		return plan{}, err

@@ -83,6 +83,28 @@ func helper(args []string) int {
 			fmt.Println("term")
 		}
 		return 0
+	case "openfiles": // openfiles N: open /dev/null N times, keeping each; on failure say why and exit 1
+		var files []*os.File
+		for range arg(1) {
+			f, err := os.Open(os.DevNull)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "openfiles:", err)
+				return 1
+			}
+			files = append(files, f)
+		}
+		fmt.Println("opened", len(files))
+		return 0
+	case "spin": // spin MS: use MS milliseconds of user CPU time, then exit
+		want := time.Duration(arg(1)) * time.Millisecond
+		for {
+			if selfUserCPU() >= want {
+				return 0
+			}
+			for i := 0; i < 1_000_000; i++ {
+				spinSink += i
+			}
+		}
 	case "sleep": // sleep MS
 		time.Sleep(time.Duration(arg(1)) * time.Millisecond)
 		return 0
@@ -102,6 +124,9 @@ func helper(args []string) int {
 
 // patternByte is byte i of the "pattern" helper's output: it differs for
 // nearby offsets, so a byte served at the wrong offset shows.
+// spinSink keeps the spin helper's loop from being optimised away.
+var spinSink int
+
 func patternByte(i int64) byte {
 	return byte('a' + (i*7+i/26)%26)
 }

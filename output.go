@@ -203,6 +203,15 @@ func (b *outbuf) view() rawView {
 	return v
 }
 
+// last returns the last n bytes the view holds, or fewer.
+func (v rawView) last(n int) string {
+	b := v.tail
+	if len(b) == 0 {
+		b = v.head
+	}
+	return string(b[max(len(b)-n, 0):])
+}
+
 func (v rawView) omitted() int64 { return v.tailBegin - int64(len(v.head)) }
 
 // separator returns what stands between head and tail in a Text: nothing

@@ -40,6 +40,7 @@ type procOS struct {
 	cgs       *cgroups
 	cg        *jobCgroup // the cgroup as the registry made it (not for an adopted job)
 	cgroupRel string     // cgroup's path as /proc/PID/cgroup shows it (found by members)
+	cgBase    cpuTimes   // an adopted job's: its cgroup's CPU time when the job got it
 	marker    string
 	since     uint64
 	forks     uint64  // the system's count of created tasks as the job started (0: unknown)

@@ -16,15 +16,17 @@ import (
 // A waiter goroutine, where there is one, only calls wait.
 type process struct {
 	pid    int
-	procOS // what this system adds: proc_linux.go or other_unix.go
+	used   Usage // what the shell and the processes it waited for used: set by reapChild
+	procOS       // what this system adds: proc_linux.go or other_unix.go
 }
 
 // reapChild waits for the shell, the host's child, and returns its exit
 // code, or 128+n if signal n killed it.
 func (p *process) reapChild() (int, error) {
 	var ws unix.WaitStatus
+	var ru unix.Rusage
 	for {
-		_, err := unix.Wait4(p.pid, &ws, 0, nil)
+		_, err := unix.Wait4(p.pid, &ws, 0, &ru)
 		if err == unix.EINTR {
 			continue
 		}
@@ -33,6 +35,7 @@ func (p *process) reapChild() (int, error) {
 		}
 		break
 	}
+	p.used = rusageUsage(&ru)
 	switch {
 	case ws.Exited():
 		return ws.ExitStatus(), nil

@@ -17,9 +17,12 @@ import (
 type Registry struct {
 	// Set by New and never written again.
 	cfg Config
-	key [32]byte // keys the ID hash
-	jn  journal  // durable mode's records, or memJournal
-	cg  *cgroups // where jobs get their cgroups (Linux)
+	// defaultShell reports that Config.Shell was nil: a job's command
+	// line is {"/bin/sh", "-c", command} (Unix), which limitArgv knows.
+	defaultShell bool
+	key          [32]byte // keys the ID hash
+	jn           journal  // durable mode's records, or memJournal
+	cg           *cgroups // where jobs get their cgroups (Linux)
 	// ctx is the context the Admitter gets. Close cancels it as soon as
 	// its own ctx ends with jobs still running (so that an Admitter that
 	// honours it lets go), and at the latest once every goroutine of the
@@ -89,6 +92,7 @@ type job struct {
 	gen     uint64
 	spec    Spec          // validated, with Dir absolute
 	timeout time.Duration // the effective wall-clock limit
+	limits  Limits        // the effective limits: Spec.Limits over Config.Limits
 	env     []string      // the whole environment
 	started time.Time
 	over    chan struct{} // closed by finish once the job has finished, before its hooks run
@@ -130,9 +134,18 @@ type job struct {
 	containment Containment
 	ended       time.Time
 	reason      string
-	out         *outbuf // the raw output while running; nil once fin is set
-	fin         *final  // the admitted output once the job has ended
-	finGen      uint64  // counts changes of fin, so Readmit never overwrites a newer one
+	category    Category // set by finish
+	usage       Usage    // set by finish
+	out         *outbuf  // the raw output while running; nil once fin is set
+	fin         *final   // the admitted output once the job has ended
+	finGen      uint64   // counts changes of fin, so Readmit never overwrites a newer one
+	// usageMu guards live, the job's process while its snapshot may
+	// read the usage so far from it: set by spawn (or New, for an
+	// adopted job), cleared by the supervisor before it closes the
+	// process.
+	usageMu sync.Mutex
+	live    *process
+
 	// changed is closed when the job's output changes: by emit when
 	// output comes, by finish when fin is set. A reader that waits for
 	// output (ReadWait) makes it, and the one who closes it clears it,
@@ -184,19 +197,25 @@ func New(cfg Config) (*Registry, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p := cg.enforceable(c.Limits); p != nil {
+		cg.close()
+		jn.close()
+		return nil, fmt.Errorf("bgjob: new: %w", p.err("Config", ErrInvalidConfig))
+	}
 	ctx, abort := context.WithCancel(context.Background())
 	r := &Registry{
-		cfg:       c,
-		key:       key,
-		jn:        jn,
-		cg:        cg,
-		ctx:       ctx,
-		abort:     abort,
-		now:       time.Now,
-		start:     startJob,
-		jobs:      make(map[ID]*job),
-		queues:    make(map[string][]queued),
-		queueWake: make(map[string]chan struct{}),
+		cfg:          c,
+		defaultShell: cfg.Shell == nil,
+		key:          key,
+		jn:           jn,
+		cg:           cg,
+		ctx:          ctx,
+		abort:        abort,
+		now:          time.Now,
+		start:        startJob,
+		jobs:         make(map[ID]*job),
+		queues:       make(map[string][]queued),
+		queueWake:    make(map[string]chan struct{}),
 	}
 	adopted, err := jn.restore(r)
 	if err != nil {
@@ -209,6 +228,7 @@ func New(cfg Config) (*Registry, error) {
 	for _, a := range adopted {
 		r.wg.Add(2) // the waiter and the supervisor
 		a.j.counted.Store(true)
+		a.j.watchUsage(a.p)
 		waited := make(chan struct{})
 		go r.await(a.j, a.p, waited)
 		sv := r.newSupervisor(a.j, a.p, a.rd, waited, false)
@@ -284,6 +304,9 @@ func (r *Registry) snapshot(j *job) Snapshot {
 	j.mu.Lock()
 	s, v := j.snapshotLocked()
 	j.mu.Unlock()
+	if s.State == Running {
+		s.Usage, _ = j.liveUsage()
+	}
 	return r.withOutput(j, s, v)
 }
 
@@ -293,7 +316,7 @@ func (j *job) snapshotLocked() (Snapshot, *rawView) {
 	s := Snapshot{
 		ID: j.id, Session: j.spec.Session, Command: j.spec.Command, Dir: j.spec.Dir,
 		State: j.state, ExitCode: j.exitCode, PID: j.pid, Started: j.started, Ended: j.ended,
-		Reason: j.reason, Containment: j.containment,
+		Reason: j.reason, Containment: j.containment, Usage: j.usage,
 	}
 	if j.fin != nil {
 		s.Output = j.fin.out

@@ -274,6 +274,7 @@ func (s *supervisor) end() {
 		rd.Close()
 		p.unwatch()
 		<-s.waited
+		j.watchUsage(nil)
 		p.close()
 		return
 	}
@@ -318,8 +319,14 @@ func (s *supervisor) end() {
 		s.r.cfg.Logger.Warn("bgjob: reap", "id", j.id, "pid", p.pid, "err", err)
 	}
 	o.exitCode = code
+	o.usage = p.usage()
 	if s.stopping {
 		o.state, o.exitCode, o.reason = s.cause.state, s.cause.exitCode, s.cause.reason
+	} else if o.state == Exited && code != 0 && !j.limits.IsZero() {
+		// Did a limit stop it? The kernel may say so; else finish looks
+		// at the end of its output (see inferLimit).
+		o.limit = p.limitHit(j.limits, code)
+		o.infer = p.inferable(j.limits)
 	}
 
 	o.notice = notice
@@ -347,6 +354,7 @@ func (s *supervisor) end() {
 	// ending; only then may its handle go. The handles are closed before
 	// the job is finished, so that a Wait that returns sees none.
 	<-s.waited
+	j.watchUsage(nil)
 	p.close()
 	s.r.finish(j, o)
 }

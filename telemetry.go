@@ -51,11 +51,15 @@ const (
 	CategoryCancelled
 	// CategorySpawn: the job's process could not be started.
 	CategorySpawn
+	// CategoryLimit: one of the job's Limits stopped it; the job's
+	// Reason names the limit.
+	CategoryLimit
 )
 
-var categoryNames = [...]string{"none", "command", "timeout", "cancelled", "spawn"}
+var categoryNames = [...]string{"none", "command", "timeout", "cancelled", "spawn", "limit"}
 
-// String returns "none", "command", "timeout", "cancelled" or "spawn".
+// String returns "none", "command", "timeout", "cancelled", "spawn" or
+// "limit".
 func (c Category) String() string {
 	if c >= 0 && int(c) < len(categoryNames) {
 		return categoryNames[c]

@@ -264,3 +264,10 @@ func assertNoneMarked(t *testing.T, token string) {
 		}
 	}
 }
+
+// selfUserCPU returns the user CPU time this process has used.
+func selfUserCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano())
+}
