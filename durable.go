@@ -728,6 +728,9 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 					return nil, fmt.Errorf("replay %s: exit marker: %w", rec.ID, err)
 				case ok:
 					o = outcome{state: Exited, exitCode: code}
+					if code != 0 {
+						o.limit = signalLimit(j.limits, code) // the kernel's word, from the exit status
+					}
 				default:
 					o = outcome{state: Failed, exitCode: exitUnknown, reason: "lost"}
 				}
@@ -753,11 +756,16 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 				if fi, err := os.Stat(filepath.Join(run, markerFile)); err == nil {
 					ended = fi.ModTime()
 				}
+				if o.limit != "" {
+					o.reason = o.limit
+					rr.rec.Category = CategoryLimit.String()
+				}
 				rr.rec.State, rr.rec.ExitCode, rr.rec.Reason, rr.rec.Ended, rr.rec.Pollable =
 					o.state.String(), o.exitCode, rawText(o.reason), ended, true
 				st.writeLocked(rr) // rr is not shared yet
 			}
 			j.state, j.exitCode, j.reason, j.ended = o.state, o.exitCode, o.reason, rr.rec.Ended
+			j.usage = o.usage
 			j.pollable, j.finished = rr.rec.Pollable, true
 			close(j.over)
 			close(j.done)

@@ -49,7 +49,7 @@ func (r *Registry) finish(j *job, o outcome) {
 	r.mu.Lock()
 	j.mu.Lock()
 	j.state, j.exitCode, j.reason, j.ended = o.state, o.exitCode, o.reason, now
-	j.category, j.usage = category, o.usage
+	j.usage = o.usage
 	j.fin, j.out = fin, nil
 	j.finGen++
 	j.wakeReadersLocked() // the output is final: Done from now on

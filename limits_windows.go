@@ -26,3 +26,6 @@ func (p *process) inferable(l Limits) Limits   { return Limits{} }
 
 // cpuBase: no cgroup here.
 func (p *process) cpuBase() [2]int64 { return [2]int64{} }
+
+// signalLimit: no signal ends a job on Windows.
+func signalLimit(Limits, int) string { return "" }

@@ -134,11 +134,10 @@ type job struct {
 	containment Containment
 	ended       time.Time
 	reason      string
-	category    Category // set by finish
-	usage       Usage    // set by finish
-	out         *outbuf  // the raw output while running; nil once fin is set
-	fin         *final   // the admitted output once the job has ended
-	finGen      uint64   // counts changes of fin, so Readmit never overwrites a newer one
+	usage       Usage   // set by finish
+	out         *outbuf // the raw output while running; nil once fin is set
+	fin         *final  // the admitted output once the job has ended
+	finGen      uint64  // counts changes of fin, so Readmit never overwrites a newer one
 	// usageMu guards live, the job's process while its snapshot may
 	// read the usage so far from it: set by spawn (or New, for an
 	// adopted job), cleared by the supervisor before it closes the
