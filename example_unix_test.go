@@ -127,3 +127,23 @@ func ExampleTelemetry_expvar() {
 	// started 3 finished 3
 	// {"command": 1, "none": 1, "timeout": 1}
 }
+
+func ExampleLimits() {
+	// Every job of this registry may hold 64 descriptors; this one may
+	// also write files of at most 4 KiB.
+	r, err := bgjob.New(bgjob.Config{Limits: bgjob.Limits{OpenFiles: 64}})
+	if err != nil {
+		panic(err)
+	}
+	defer r.Close(context.Background())
+	ctx := context.Background()
+
+	s, _ := r.Start(ctx, bgjob.Spec{
+		Command: `f=$(mktemp); trap 'rm -f "$f"' EXIT; ulimit -n; head -c 100000 /dev/zero > "$f"`,
+		Limits:  bgjob.Limits{FileSize: 4096},
+	})
+	s, _ = r.Wait(ctx, s.ID)
+	fmt.Printf("%s %d %q %q\n", s.State, s.ExitCode, s.Output.Text, s.Reason)
+	// Output:
+	// exited 153 "64\nFile size limit exceeded\n" "file size limit 4 KiB reached"
+}

@@ -5,7 +5,8 @@
 // Usage:
 //
 //	mcpserver [-dir DIR] [-max-running N] [-progress-interval D] [-kill-grace D]
-//	          [-head-bytes N] [-tail-bytes N] [-state-dir DIR] [-v]
+//	          [-head-bytes N] [-tail-bytes N] [-state-dir DIR]
+//	          [-memory SIZE] [-pids N] [-cpu CORES] [-cpu-time D] [-v]
 //
 // See README.md for the tools and how to register the server with a client.
 package main
@@ -16,8 +17,11 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -44,6 +48,14 @@ func run(args []string) int {
 	fs.DurationVar(&opts.KillGrace, "kill-grace", 0, "time between SIGTERM and SIGKILL when a job is stopped (0: bgjob's default, 2s)")
 	fs.IntVar(&opts.HeadBytes, "head-bytes", 0, "first bytes of each job's output to keep (0: bgjob's default, 64 KiB)")
 	fs.IntVar(&opts.TailBytes, "tail-bytes", 0, "last bytes of each job's output to keep (0: bgjob's default, 1 MiB)")
+	fs.Func("memory", "most memory each job may use, such as 512M or 2G (the job's whole tree with a cgroup v2 memory controller, else each process's address space)", func(v string) error {
+		n, err := parseSize(v)
+		opts.Limits.Memory = n
+		return err
+	})
+	fs.IntVar(&opts.Limits.Processes, "pids", 0, "most live processes each job may have at once (needs a cgroup v2 pids controller; 0: no limit)")
+	fs.Float64Var(&opts.Limits.CPU, "cpu", 0, "most CPU cores each job may use, such as 1.5 (needs a cgroup v2 cpu controller; 0: no limit)")
+	fs.DurationVar(&opts.Limits.CPUTime, "cpu-time", 0, "most CPU time each process of a job may use (0: no limit)")
 	verbose := fs.Bool("v", false, "log the server's diagnostics to stderr")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -59,6 +71,9 @@ func run(args []string) int {
 
 	srv, err := New(opts)
 	switch {
+	case errors.Is(err, bgjob.ErrUnsupported) && !opts.Limits.IsZero():
+		fmt.Fprintf(os.Stderr, "mcpserver: these limits cannot be enforced here: %v\n", err)
+		return 2
 	case errors.Is(err, bgjob.ErrUnsupported) && opts.StateDir != "":
 		fmt.Fprintf(os.Stderr, "mcpserver: -state-dir: durable mode is not available on this platform (%v)\n", err)
 		return 2
@@ -90,4 +105,31 @@ func run(args []string) int {
 	}
 	<-ended
 	return 0
+}
+
+// parseSize reads a size in bytes, with an optional suffix K, M, G or T
+// (powers of 1024; KiB, MiB, ... and KB, MB, ... mean the same).
+func parseSize(v string) (int64, error) {
+	s := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(v)), "B"), "I")
+	shift := 0
+	if n := len(s); n > 0 {
+		switch s[n-1] {
+		case 'K':
+			shift = 10
+		case 'M':
+			shift = 20
+		case 'G':
+			shift = 30
+		case 'T':
+			shift = 40
+		}
+		if shift > 0 {
+			s = s[:n-1]
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64>>shift {
+		return 0, fmt.Errorf("%q is not a size (such as 512M or 2G)", v)
+	}
+	return n << shift, nil
 }

@@ -57,6 +57,12 @@ type Options struct {
 	HeadBytes int
 	TailBytes int
 
+	// Limits bound what each job may use: memory, live processes, CPU
+	// cores and the rest of bgjob.Limits. New fails, with an error
+	// wrapping bgjob.ErrUnsupported, if this host cannot enforce them
+	// (processes and CPU need a cgroup v2 with those controllers).
+	Limits bgjob.Limits
+
 	// Logger receives the server's own diagnostics, never job output.
 	// If Logger is nil, nothing is logged.
 	Logger *slog.Logger
@@ -112,6 +118,7 @@ func New(opts Options) (*Server, error) {
 	}
 	cfg := bgjob.Config{
 		MaxRunning:       opts.MaxRunning,
+		Limits:           opts.Limits,
 		ProgressInterval: opts.ProgressInterval,
 		KillGrace:        opts.KillGrace,
 		HeadBytes:        opts.HeadBytes,

@@ -742,3 +742,29 @@ func TestTruncatedOutput(t *testing.T) {
 		t.Errorf("read after the head: got %+v; want skipped bytes, then the tail to 292, done", tail)
 	}
 }
+
+func TestLimitsAndUsage(t *testing.T) {
+	srv := newTestServer(t, Options{Limits: bgjob.Limits{CPUTime: time.Second}})
+	c := connect(t, srv)
+	var out ShellOutput
+	res := c.mustCall("shell", map[string]any{"command": "while :; do :; done"}, &out)
+	if out.State != "exited" || out.Reason != "CPU time limit 1s reached" || out.CPUMs < 900 {
+		t.Errorf("spinner: state %s reason %q cpu_ms %d; want stopped by the CPU time limit after about 1 s of CPU", out.State, out.Reason, out.CPUMs)
+	}
+	if txt := text(res); !strings.Contains(txt, "CPU time limit 1s reached.") || !strings.Contains(txt, "of CPU") {
+		t.Errorf("text %q; want the limit's reason and the CPU used", txt)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"100": 100, "4K": 4 << 10, "512M": 512 << 20, "512MiB": 512 << 20, "2G": 2 << 30, "2gb": 2 << 30, "1T": 1 << 40} {
+		if got, err := parseSize(in); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "M", "-1", "1.5G", "9000000000000T", "lots"} {
+		if _, err := parseSize(in); err == nil {
+			t.Errorf("parseSize(%q): no error", in)
+		}
+	}
+}

@@ -34,18 +34,20 @@ type ShellInput struct {
 
 // ShellOutput is the structured result of the shell tool.
 type ShellOutput struct {
-	Detached     bool   `json:"detached" jsonschema:"true if the command is still running: use job_id with shell_status, shell_wait or shell_cancel"`
-	JobID        string `json:"job_id,omitempty" jsonschema:"the job's ID; set only when detached"`
-	Joined       bool   `json:"joined,omitempty" jsonschema:"an identical command of this session was already running and this call joined it"`
-	State        string `json:"state" jsonschema:"running, exited, cancelled, timed_out or failed"`
-	ExitCode     *int   `json:"exit_code,omitempty" jsonschema:"the exit status once the command has ended (124 timed out, 130 cancelled, 128+n killed by signal n, -1 failed to start)"`
-	Output       string `json:"output" jsonschema:"stdout and stderr interleaved; when too long, the head, an omission line and the tail"`
-	OutputBytes  int64  `json:"output_bytes" jsonschema:"bytes the command has written so far"`
-	OmittedBytes int64  `json:"omitted_bytes,omitempty" jsonschema:"bytes of output_bytes not in output"`
-	NextOffset   int64  `json:"next_offset" jsonschema:"offset to pass to shell_status to read the output that follows"`
-	DurationMs   int64  `json:"duration_ms" jsonschema:"time from start to end, or to now while running"`
-	Reason       string `json:"reason,omitempty" jsonschema:"why the job failed, timed out or was cancelled"`
-	Notice       string `json:"notice,omitempty" jsonschema:"truncation, withholding, leftover processes that were stopped"`
+	Detached        bool   `json:"detached" jsonschema:"true if the command is still running: use job_id with shell_status, shell_wait or shell_cancel"`
+	JobID           string `json:"job_id,omitempty" jsonschema:"the job's ID; set only when detached"`
+	Joined          bool   `json:"joined,omitempty" jsonschema:"an identical command of this session was already running and this call joined it"`
+	State           string `json:"state" jsonschema:"running, exited, cancelled, timed_out or failed"`
+	ExitCode        *int   `json:"exit_code,omitempty" jsonschema:"the exit status once the command has ended (124 timed out, 130 cancelled, 128+n killed by signal n, -1 failed to start)"`
+	Output          string `json:"output" jsonschema:"stdout and stderr interleaved; when too long, the head, an omission line and the tail"`
+	OutputBytes     int64  `json:"output_bytes" jsonschema:"bytes the command has written so far"`
+	OmittedBytes    int64  `json:"omitted_bytes,omitempty" jsonschema:"bytes of output_bytes not in output"`
+	NextOffset      int64  `json:"next_offset" jsonschema:"offset to pass to shell_status to read the output that follows"`
+	DurationMs      int64  `json:"duration_ms" jsonschema:"time from start to end, or to now while running"`
+	Reason          string `json:"reason,omitempty" jsonschema:"why the job failed, timed out, was cancelled or was stopped by a limit"`
+	Notice          string `json:"notice,omitempty" jsonschema:"truncation, withholding, leftover processes that were stopped"`
+	CPUMs           int64  `json:"cpu_ms,omitempty" jsonschema:"CPU time (user and system) the job's processes used"`
+	PeakMemoryBytes int64  `json:"peak_memory_bytes,omitempty" jsonschema:"the job's peak memory, where the system tells it"`
 }
 
 // JobInput names a job.
@@ -84,17 +86,19 @@ type WaitInput struct {
 
 // JobResult is the structured result of shell_wait and shell_cancel.
 type JobResult struct {
-	JobID        string `json:"job_id"`
-	Command      string `json:"command"`
-	State        string `json:"state" jsonschema:"running, exited, cancelled, timed_out or failed"`
-	Done         bool   `json:"done" jsonschema:"the job has ended"`
-	ExitCode     *int   `json:"exit_code,omitempty" jsonschema:"the exit status once the job has ended"`
-	Output       string `json:"output" jsonschema:"the job's output; when too long, the head, an omission line and the tail"`
-	OutputBytes  int64  `json:"output_bytes"`
-	OmittedBytes int64  `json:"omitted_bytes,omitempty"`
-	DurationMs   int64  `json:"duration_ms"`
-	Reason       string `json:"reason,omitempty"`
-	Notice       string `json:"notice,omitempty"`
+	JobID           string `json:"job_id"`
+	Command         string `json:"command"`
+	State           string `json:"state" jsonschema:"running, exited, cancelled, timed_out or failed"`
+	Done            bool   `json:"done" jsonschema:"the job has ended"`
+	ExitCode        *int   `json:"exit_code,omitempty" jsonschema:"the exit status once the job has ended"`
+	Output          string `json:"output" jsonschema:"the job's output; when too long, the head, an omission line and the tail"`
+	OutputBytes     int64  `json:"output_bytes"`
+	OmittedBytes    int64  `json:"omitted_bytes,omitempty"`
+	DurationMs      int64  `json:"duration_ms"`
+	Reason          string `json:"reason,omitempty"`
+	Notice          string `json:"notice,omitempty"`
+	CPUMs           int64  `json:"cpu_ms,omitempty" jsonschema:"CPU time (user and system) the job's processes used"`
+	PeakMemoryBytes int64  `json:"peak_memory_bytes,omitempty" jsonschema:"the job's peak memory, where the system tells it"`
 }
 
 // ListOutput is the structured result of shell_list.
@@ -274,6 +278,7 @@ func shellOutput(snap bgjob.Snapshot, detached bool) ShellOutput {
 		Reason:       snap.Reason,
 		Notice:       snap.Output.Notice,
 	}
+	out.CPUMs, out.PeakMemoryBytes = usage(snap)
 	if detached {
 		out.JobID = string(snap.ID)
 	}
@@ -297,6 +302,9 @@ func shellText(out ShellOutput, wait time.Duration) string {
 	}
 	if out.Notice != "" {
 		fmt.Fprintf(&b, " (%s)", out.Notice)
+	}
+	if !out.Detached {
+		b.WriteString(usageText(out.CPUMs, out.PeakMemoryBytes))
 	}
 	if out.Detached {
 		fmt.Fprintf(&b, " Read more with shell_status (offset %d), or use shell_wait / shell_cancel.", out.NextOffset)
@@ -390,7 +398,7 @@ func max64(a, b int64) int64 {
 }
 
 func jobResult(snap bgjob.Snapshot) JobResult {
-	return JobResult{
+	r := JobResult{
 		JobID:        string(snap.ID),
 		Command:      snap.Command,
 		State:        snap.State.String(),
@@ -403,6 +411,27 @@ func jobResult(snap bgjob.Snapshot) JobResult {
 		Reason:       snap.Reason,
 		Notice:       snap.Output.Notice,
 	}
+	r.CPUMs, r.PeakMemoryBytes = usage(snap)
+	return r
+}
+
+// usage returns what a job used, for a tool's result.
+func usage(snap bgjob.Snapshot) (cpuMs, peak int64) {
+	u := snap.Usage
+	return (u.UserCPU + u.SystemCPU).Milliseconds(), u.PeakMemory
+}
+
+// usageText is the text form of a job's usage: " Used 1.2s of CPU, peak
+// memory 31 MiB." or less; "" if nothing is known.
+func usageText(cpuMs, peak int64) string {
+	if cpuMs == 0 && peak == 0 {
+		return ""
+	}
+	s := fmt.Sprintf(" Used %s of CPU", time.Duration(cpuMs)*time.Millisecond)
+	if peak > 0 {
+		s += fmt.Sprintf(", peak memory %.1f MiB", float64(peak)/(1<<20))
+	}
+	return s + "."
 }
 
 func jobText(r JobResult) string {
@@ -418,6 +447,7 @@ func jobText(r JobResult) string {
 	if r.Notice != "" {
 		fmt.Fprintf(&b, " (%s)", r.Notice)
 	}
+	b.WriteString(usageText(r.CPUMs, r.PeakMemoryBytes))
 	if r.Output != "" {
 		b.WriteString("\n")
 		b.WriteString(r.Output)
