@@ -85,6 +85,8 @@ func main() {
 			sz.spawn, s.like.Round(100*time.Nanosecond), float64(s.session)/float64(s.like), float64(s.median[bgJob])/float64(s.like)))
 		notes = append(notes, fmt.Sprintf("spawn with Spec.Args: %s with no shell, in the same rounds; os/exec is exec.Command(%q).Run(); set up as bgjob runs a job it took %v, bgjob (Spec.Args, its session) %.2f× that",
 			argvTrue[0], argvTrue[0], s.argvLike.Round(100*time.Nanosecond), float64(s.argvBgjob)/float64(s.argvLike)))
+		notes = append(notes, fmt.Sprintf("spawn with Limits: %+v, set by the job's shell on itself (ulimit) before it evals the command; bgjob in its session %.2f× os/exec set up as bgjob runs a job, %.2f× bgjob without limits",
+			spawnLimits, float64(s.limited)/float64(s.like), float64(s.limited)/float64(s.session)))
 	})
 	step("foreground", func() {
 		rows = append(rows, fgRows(runForeground(sz.foreground))...)

@@ -140,6 +140,7 @@ const (
 	spawnMaxRatio    = 1.10 // with the job's session as its containment
 	spawnCgroupRatio = 1.15 // with a cgroup of its own
 	spawnArgsRatio   = 1.10 // Spec.Args (no shell) against os/exec of the same argv
+	spawnLimitsRatio = 1.15 // with Limits set on each process, in the job's session
 	fgMaxP99         = time.Millisecond
 	captureMinRatio  = 0.90
 	captureMaxRSSMiB = 48
@@ -187,7 +188,14 @@ func spawnRows(s spawnResult) []row {
 		cells: [nImpl]cell{dur(s.argvOS), na, dur(s.argvBgjob)},
 		unit:  fmtDur, target: fmt.Sprintf("≤ %.2f× os/exec", spawnArgsRatio), check: relTo(spawnArgsRatio, true),
 	}
-	return []row{session, cgroup, args}
+	// Limits: the same command with limits the job's shell sets on
+	// itself before it runs it, against plain os/exec.
+	limits := row{
+		workload: "1 spawn", metric: "start+wait `true` with Limits, median (session)",
+		cells: [nImpl]cell{dur(s.median[osExec]), na, dur(s.limited)},
+		unit:  fmtDur, target: fmt.Sprintf("≤ %.2f× os/exec", spawnLimitsRatio), check: relTo(spawnLimitsRatio, true),
+	}
+	return []row{session, cgroup, args, limits}
 }
 
 func fgRows(f fgResult) []row {

@@ -186,7 +186,15 @@ type spawnResult struct {
 	// it in the job's session (Config.Cgroup "off"), as the session row;
 	// argvLike is os/exec of argvTrue set up like bgjob.
 	argvOS, argvBgjob, argvLike time.Duration
+	// The limits row: bgjob in the job's session with spawnLimits set,
+	// which this host enforces on each process (see bgjob.Limits).
+	limited time.Duration
 }
+
+// spawnLimits are the limits of the limits row: generous, so that `true`
+// runs as it would without them, and all of the kind every Unix host can
+// enforce.
+var spawnLimits = bgjob.Limits{Memory: 1 << 30, CPUTime: time.Minute, FileSize: 1 << 30, OpenFiles: 1024}
 
 // shuffled returns the order of the implementations for one round: a
 // fresh random order each round, so that no implementation always runs
@@ -205,7 +213,9 @@ func runSpawn(n int) spawnResult {
 	plain := newRegistry(bgjob.Config{Cgroup: "off"})
 	defer closeRegistry(plain)
 	three := runners(reg, "true")
-	rs := append(three[:], osExecLikeBgjob("true"), bgjobRun(plain, "true"), osExecArgv(argvTrue...), bgjobArgsRun(plain, argvTrue...), osExecArgvLikeBgjob(argvTrue...))
+	limited := newRegistry(bgjob.Config{Cgroup: "off", Limits: spawnLimits})
+	defer closeRegistry(limited)
+	rs := append(three[:], osExecLikeBgjob("true"), bgjobRun(plain, "true"), osExecArgv(argvTrue...), bgjobArgsRun(plain, argvTrue...), osExecArgvLikeBgjob(argvTrue...), bgjobRun(limited, "true"))
 	samples := make([]stat, len(rs))
 	rng := rand.New(rand.NewPCG(3, 4))
 	for i := range n + n/10 {
@@ -228,6 +238,7 @@ func runSpawn(n int) spawnResult {
 	res.like = samples[nImpl].median()
 	res.session = samples[nImpl+1].median()
 	res.argvOS, res.argvBgjob, res.argvLike = samples[nImpl+2].median(), samples[nImpl+3].median(), samples[nImpl+4].median()
+	res.limited = samples[nImpl+5].median()
 	s, err := reg.Start(context.Background(), bgjob.Spec{Command: "true", Unique: true})
 	if err != nil {
 		fatalf("spawn: %v", err)
