@@ -34,6 +34,17 @@
 // hooks, and a JobStarted hook that waits for its own job supervises it
 // to its end right there.
 //
+// # Limits and usage
+//
+// [Config.Limits] bounds every job and [Spec.Limits] one job: memory, live
+// processes, CPU cores, CPU time, file size and descriptors (see
+// [Limits] for which mechanism enforces each where: a cgroup v2 controller
+// for the whole tree where the host's cgroup offers it, else setrlimit on
+// each process, the Job Object on Windows). A job a limit stopped ends with
+// a [Snapshot.Reason] that names the limit and [CategoryLimit] in
+// [Telemetry]. [Snapshot.Usage] tells the CPU time and peak memory every
+// finished job used.
+//
 // # Durable mode
 //
 // With [Config.StateDir] set (Linux only; New fails with
