@@ -90,6 +90,12 @@ type Spec struct {
 	// Launches with different limits are different jobs: they never
 	// coalesce.
 	Limits Limits
+
+	// Sandbox, if set, says what the job may write, read and reach (see
+	// [Sandbox]); if nil, Config.Sandbox applies. A launch whose sandbox
+	// this host cannot enforce fails before any process starts, with
+	// ErrUnsupported; a bad path fails with ErrInvalidSpec naming it.
+	Sandbox *Sandbox
 }
 
 // State is the lifecycle state of a job. A job is Running until it reaches
@@ -215,7 +221,8 @@ type Snapshot struct {
 
 // Err returns an error wrapping [ErrSpawn] if the job never ran: it is
 // Failed and its process was never started (its shell or program could
-// not be spawned, or its record written; Reason says why). It returns
+// not be spawned, or its record written), or its sandbox could not be
+// made, so its command never started; Reason says why. It returns
 // nil for every other job, running or ended: a command that exited
 // with a non-zero status, timed out or was cancelled did run, and its
 // State and ExitCode tell how it ended.
@@ -228,7 +235,7 @@ type Snapshot struct {
 //		err = s.Err()
 //	}
 func (s Snapshot) Err() error {
-	if s.State != Failed || (s.PID != 0 && !strings.HasPrefix(s.Reason, "spawn:") && !strings.HasPrefix(s.Reason, "state:")) {
+	if s.State != Failed || (s.PID != 0 && !strings.HasPrefix(s.Reason, "spawn:") && !strings.HasPrefix(s.Reason, "state:") && !strings.HasPrefix(s.Reason, "sandbox:")) {
 		return nil
 	}
 	return fmt.Errorf("bgjob: %s: %s: %w", s.ID, s.Reason, ErrSpawn)
