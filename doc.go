@@ -174,8 +174,9 @@
 // other Unix systems a kqueue reports the exit and the group is checked
 // with kill(-pgid, 0).
 //
-// On Windows each job runs in a Job Object with kill-on-close, created
-// suspended and resumed once assigned, so nothing escapes it. The polite
+// On Windows each job runs in a Job Object with kill-on-close, which
+// also holds its [Limits], created suspended and resumed once assigned,
+// so nothing escapes it and nothing runs unlimited. The polite
 // step is CTRL_BREAK to the job's console process group, which reaches
 // it only when the host has a console; a host without one (a service)
 // goes straight to TerminateJobObject after the grace. Exit codes are the
