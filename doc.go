@@ -26,7 +26,8 @@
 //	}
 //
 // bgjob does not give a job a terminal (PTY) or take input after the
-// start, and it runs jobs on this machine only.
+// start, and it runs jobs on this machine only (a Config.Launcher may run
+// them elsewhere).
 //
 // Hooks ([Admitter], [Telemetry], [Config.OnComplete], [Config.Guard]) may
 // call back into the registry, on any job, their own included, without a
@@ -44,6 +45,16 @@
 // a [Snapshot.Reason] that names the limit and [CategoryLimit] in
 // [Telemetry]. [Snapshot.Usage] tells the CPU time and peak memory every
 // finished job used.
+//
+// # Sandbox
+//
+// [Config.Sandbox] or [Spec.Sandbox] confines a job: it may write its Dir,
+// a private temporary directory and the paths listed, read the whole
+// filesystem or only what is listed, and reach no network unless allowed
+// (see [Sandbox]). Linux enforces it with bubblewrap in user namespaces,
+// macOS with sandbox-exec; where it cannot be enforced the launch fails
+// with [ErrUnsupported] and nothing runs. [Config.Launcher] rewrites every
+// job's command line, after the sandbox, for a host's own runner.
 //
 // # Durable mode
 //
