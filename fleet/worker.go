@@ -1,0 +1,689 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bgjob/bgjob"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// WorkerConfig configures a [Worker]. The zero value is usable.
+type WorkerConfig struct {
+	Layout
+
+	// Name names the worker in the fleet: in its heartbeat, its jobs'
+	// records and its request subject. It must be unique in the fleet
+	// while the worker lives. If Name is empty, a random one is made.
+	// It may hold letters, digits, '-' and '_'.
+	Name string
+
+	// Slots is how many launches the worker runs at once: it takes a
+	// launch from the work queue only while fewer run. If Slots is 0, it
+	// is 16. It should not exceed the Registry's MaxRunning, and the
+	// Registry's Retention.MaxJobs should be well above it, so that an
+	// ended job is still there when the worker reads its end.
+	Slots int
+
+	// Heartbeat is how often the worker writes its heartbeat; HeartbeatTTL
+	// is how long a heartbeat lasts, so how soon after the worker dies
+	// its jobs are reported lost. If Heartbeat is 0 it is 1s; if
+	// HeartbeatTTL is 0 it is 5s. HeartbeatTTL must be at least 1s and
+	// more than twice Heartbeat.
+	Heartbeat    time.Duration
+	HeartbeatTTL time.Duration
+
+	// AckWait is how long a launch the worker took stays invisible to
+	// other workers before JetStream hands it out again: the time a
+	// worker has to claim and start a launch, and how late a launch of
+	// a lost worker is re-run when the client opted in (ClientConfig.Rerun).
+	// If AckWait is 0, it is 30s. It applies when the pool's consumer is
+	// made or updated.
+	AckWait time.Duration
+
+	// Logger, if not nil, receives the worker's warnings. If Logger is
+	// nil, they are discarded.
+	Logger *slog.Logger
+
+	// afterClaim, for tests, is called after the worker claimed a launch
+	// and before it starts the job.
+	afterClaim func()
+}
+
+// Worker serves a local [bgjob.Registry] to a fleet: it takes launches
+// from its pool's work queue while it has a free slot, runs them in the
+// Registry, publishes each job's record (with its snapshot) at its start
+// and end, its admitted output by offset, and its completion, answers
+// Status, Read, ReadWait and Cancel for its jobs by request-reply, and
+// writes a heartbeat that lasts HeartbeatTTL.
+//
+// Every text a worker sends has passed the Registry's Admitter: output
+// is read through Registry.ReadWait, snapshots through Status and Wait.
+//
+// The worker takes over the Registry's completion queues (it drains the
+// queue of each session whose job ends), so a host should not read
+// completions from a Registry it serves. Its other methods stay the
+// host's. Close the Worker before the Registry.
+//
+// A Worker is safe for concurrent use.
+type Worker struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	s    *store
+	reg  *bgjob.Registry
+	cfg  WorkerConfig
+	log  *slog.Logger
+	cons jetstream.Consumer
+	rp   *reaper
+
+	// ctx is the worker's life: the jobs' trackers and the requests read
+	// through it; Close cancels it last. takeCtx ends the taking of
+	// launches; Close cancels it first.
+	ctx        context.Context
+	cancel     context.CancelFunc
+	takeCtx    context.Context
+	stopTaking context.CancelFunc
+
+	wg      sync.WaitGroup // the fetch loop, each launch's goroutine, the heartbeat
+	rpcWG   sync.WaitGroup // requests being answered
+	running atomic.Int64   // launches taken and not yet finalized
+	freed   chan struct{}  // a slot freed (capacity 1)
+	sub     *nats.Subscription
+
+	// mu guards the fields below.
+	mu        sync.Mutex
+	jobs      map[bgjob.ID]*served // the runs this worker serves, by fleet ID
+	rpcClosed bool                 // no request is answered any more
+	closed    bool
+}
+
+// served is a run this worker claimed.
+type served struct {
+	id    bgjob.ID
+	run   string
+	token string
+	key   string
+
+	local     atomic.Value  // bgjob.ID in the Registry, once started
+	cancelled atomic.Bool   // a Cancel came: stop it, or never start it
+	ended     chan struct{} // closed once the end is recorded
+	final     bgjob.Snapshot // set before ended closes
+}
+
+// NewWorker starts serving reg to the fleet over nc: it makes the fleet's
+// streams and buckets if they are missing, writes its heartbeat, and
+// starts taking launches. The worker does not own nc or reg; close it
+// with [Worker.Close] before either.
+func NewWorker(nc *nats.Conn, reg *bgjob.Registry, cfg WorkerConfig) (*Worker, error) {
+	l, err := cfg.Layout.normalize()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Layout = l
+	if cfg.Name == "" {
+		cfg.Name = "w-" + nonce()
+	}
+	if !nameRE.MatchString(cfg.Name) {
+		return nil, fmt.Errorf("bgjob/fleet: WorkerConfig.Name %q: want letters, digits, '-' or '_': %w", cfg.Name, errInvalidConfig)
+	}
+	if cfg.Slots <= 0 {
+		cfg.Slots = 16
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = time.Second
+	}
+	if cfg.HeartbeatTTL <= 0 {
+		cfg.HeartbeatTTL = 5 * time.Second
+	}
+	if cfg.HeartbeatTTL < time.Second || cfg.HeartbeatTTL <= 2*cfg.Heartbeat {
+		return nil, fmt.Errorf("bgjob/fleet: WorkerConfig.HeartbeatTTL %v: want at least 1s and more than twice Heartbeat (%v): %w", cfg.HeartbeatTTL, cfg.Heartbeat, errInvalidConfig)
+	}
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = 30 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("bgjob/fleet: %w", err)
+	}
+	setup, cancelSetup := context.WithTimeout(context.Background(), 6*l.RequestTimeout)
+	defer cancelSetup()
+	s, err := openStore(setup, js, l)
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{nc: nc, js: js, s: s, reg: reg, cfg: cfg, log: log, freed: make(chan struct{}, 1), jobs: map[bgjob.ID]*served{}}
+	err = retry(setup, l, func(ctx context.Context) error {
+		var err error
+		w.cons, err = js.CreateOrUpdateConsumer(ctx, l.launchStream(), jetstream.ConsumerConfig{
+			Durable:       l.poolConsumer(),
+			FilterSubject: l.Prefix + ".launch." + l.Pool + ".>",
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       cfg.AckWait,
+			MaxDeliver:    -1,
+			MaxAckPending: 100000,
+			Replicas:      l.Replicas,
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bgjob/fleet: pool consumer: %w", err)
+	}
+	if err := w.beat(setup); err != nil {
+		return nil, fmt.Errorf("bgjob/fleet: heartbeat: %w", err)
+	}
+	w.sub, err = nc.Subscribe(l.rpcSubject(cfg.Name, "*"), w.request)
+	if err != nil {
+		return nil, fmt.Errorf("bgjob/fleet: subscribe: %w", err)
+	}
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	w.takeCtx, w.stopTaking = context.WithCancel(w.ctx)
+	w.rp = startReaper(s, log)
+	w.wg.Add(2)
+	go w.heartbeats() // ends when Close cancels ctx
+	go w.take()       // ends when Close cancels takeCtx
+	return w, nil
+}
+
+// Name returns the worker's name in the fleet.
+func (w *Worker) Name() string { return w.cfg.Name }
+
+// heartbeat is the value of a worker's heartbeat key.
+type heartbeat struct {
+	Pool    string    `json:"pool"`
+	Slots   int       `json:"slots"`
+	Running int64     `json:"running"`
+	At      time.Time `json:"at"`
+}
+
+// beat writes the heartbeat, which expires after HeartbeatTTL.
+func (w *Worker) beat(ctx context.Context) error {
+	data, _ := json.Marshal(heartbeat{Pool: w.cfg.Pool, Slots: w.cfg.Slots, Running: w.running.Load(), At: time.Now()})
+	subject := "$KV." + w.cfg.workersBucket() + ".hb." + w.cfg.Name
+	actx, cancel := context.WithTimeout(ctx, w.cfg.RequestTimeout)
+	defer cancel()
+	_, err := w.js.PublishMsg(actx, &nats.Msg{Subject: subject, Data: data}, jetstream.WithMsgTTL(w.cfg.HeartbeatTTL))
+	return err
+}
+
+func (w *Worker) heartbeats() {
+	defer w.wg.Done()
+	t := time.NewTicker(w.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.ctx.Done():
+			return
+		case <-t.C:
+			if err := w.beat(w.ctx); err != nil && w.ctx.Err() == nil {
+				w.log.Warn("bgjob/fleet: heartbeat", "worker", w.cfg.Name, "err", err)
+			}
+		}
+	}
+}
+
+// take fetches launches while the worker has free slots, and hands each
+// to a goroutine of its own (serve).
+func (w *Worker) take() {
+	defer w.wg.Done()
+	backoff := 50 * time.Millisecond
+	for w.takeCtx.Err() == nil {
+		free := int64(w.cfg.Slots) - w.running.Load()
+		if free <= 0 {
+			select {
+			case <-w.freed:
+			case <-w.takeCtx.Done():
+			}
+			continue
+		}
+		fctx, cancel := context.WithTimeout(w.takeCtx, 5*time.Second)
+		batch, err := w.cons.Fetch(int(free), jetstream.FetchContext(fctx))
+		if err == nil {
+			for m := range batch.Messages() {
+				w.running.Add(1)
+				w.wg.Add(1)
+				go w.serve(m) // ends when the run's end is recorded, or it is given back
+			}
+			err = batch.Error()
+		}
+		cancel()
+		if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || w.takeCtx.Err() != nil {
+			backoff = 50 * time.Millisecond
+			continue
+		}
+		w.log.Warn("bgjob/fleet: fetch", "worker", w.cfg.Name, "err", err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-w.takeCtx.Done():
+			t.Stop()
+		}
+		if backoff < 2*time.Second {
+			backoff *= 2
+		}
+	}
+}
+
+// release frees the slot of a launch.
+func (w *Worker) release() {
+	w.running.Add(-1)
+	select {
+	case w.freed <- struct{}{}:
+	default:
+	}
+}
+
+// serve claims a launch, starts its job, and follows it to its end.
+func (w *Worker) serve(m jetstream.Msg) {
+	defer w.wg.Done()
+	defer w.release()
+	var l launch
+	if err := json.Unmarshal(m.Data(), &l); err != nil || l.ID == "" || l.Run == "" {
+		w.log.Warn("bgjob/fleet: bad launch", "subject", m.Subject(), "err", err)
+		m.Term()
+		return
+	}
+	token := SessionToken(l.Spec.Session)
+	if !strings.HasSuffix(m.Subject(), "."+token) {
+		// A launch must be published on its own session's subject, so
+		// that subject permissions decide who may launch in a session.
+		w.log.Warn("bgjob/fleet: launch on another session's subject", "subject", m.Subject())
+		m.Term()
+		return
+	}
+	sv := &served{id: l.ID, run: l.Run, token: token, key: recordKey(token, string(l.ID)), ended: make(chan struct{})}
+	ctx := w.ctx
+	rec, rev, ok := w.claim(ctx, m, sv)
+	if !ok {
+		return
+	}
+	if w.cfg.afterClaim != nil {
+		w.cfg.afterClaim()
+	}
+	w.mu.Lock()
+	closing := w.closed
+	if !closing {
+		w.jobs[l.ID] = sv
+	}
+	w.mu.Unlock()
+	if closing {
+		// Give the launch back to the fleet: another worker takes it.
+		rec.Phase, rec.Worker = phaseQueued, ""
+		if _, err := w.s.cas(ctx, sv.key, rec, rev, 0); err == nil {
+			m.Nak()
+		} else {
+			m.Term()
+		}
+		return
+	}
+	defer w.forget(sv)
+
+	var snap bgjob.Snapshot
+	var err error
+	if sv.cancelled.Load() {
+		// A Cancel before the spawn prevents it.
+		snap = rec.Snap
+		snap.State, snap.ExitCode, snap.Reason, snap.Ended = bgjob.Cancelled, 130, "cancelled before start", time.Now()
+		w.finish(sv, snap, "")
+		m.Ack()
+		w.answer(l.Reply, reply{Snap: &sv.final})
+		return
+	}
+	spec := l.Spec
+	spec.Unique = true // the fleet coalesced already; the worker never joins
+	snap, err = w.reg.Start(ctx, spec)
+	if errors.Is(err, bgjob.ErrTooManyRunning) {
+		// The Registry is busier than the worker's slots say (the host
+		// runs jobs of its own): give the launch back for a while.
+		rec.Phase, rec.Worker = phaseQueued, ""
+		if _, err := w.s.cas(ctx, sv.key, rec, rev, 0); err == nil {
+			m.NakWithDelay(time.Second)
+		}
+		return
+	}
+	if err != nil {
+		// Refused (a bad Spec, the Guard): no job; free the ID.
+		w.s.remove(ctx, sv.key, rev)
+		m.Ack()
+		w.answer(l.Reply, errorReply(err))
+		return
+	}
+	sv.local.Store(snap.ID)
+	local := snap.ID
+	snap = w.fleetSnap(sv, snap)
+	for {
+		rec.Phase, rec.Local, rec.Snap = phaseRunning, local, snap
+		rev, err = w.s.cas(ctx, sv.key, rec, rev, 0)
+		if !errors.Is(err, errConflict) {
+			break
+		}
+		// A client changed the record meanwhile (made it pollable, or
+		// a reaper found this worker's heartbeat gone): read it again.
+		var found bool
+		rec, rev, found, err = w.s.get(ctx, sv.key)
+		if err != nil || !found || rec.Run != sv.run || rec.Worker != w.cfg.Name || rec.Phase != phaseClaimed {
+			err = errConflict
+			break
+		}
+	}
+	if err != nil {
+		// The fleet no longer holds this run as ours: stop it.
+		w.log.Warn("bgjob/fleet: run taken from worker", "id", sv.id, "err", err)
+		w.reg.Cancel(local)
+		m.Term()
+		return
+	}
+	m.Ack()
+	w.answer(l.Reply, reply{Snap: &snap})
+	if sv.cancelled.Load() {
+		go w.reg.Cancel(local) // a Cancel came during the start; it ends with the job
+	}
+	w.follow(sv, local)
+}
+
+// claim moves the run's record from queued to claimed by this worker. It
+// settles the launch message itself when it does not claim.
+func (w *Worker) claim(ctx context.Context, m jetstream.Msg, sv *served) (record, uint64, bool) {
+	for {
+		rec, rev, found, err := w.s.get(ctx, sv.key)
+		if err != nil {
+			m.Nak() // JetStream hands it out again
+			return rec, 0, false
+		}
+		if !found || rec.Run != sv.run || rec.Phase != phaseQueued {
+			m.Term() // withdrawn, replaced, cancelled, or taken: never run twice
+			return rec, 0, false
+		}
+		rec.Phase, rec.Worker, rec.Snap.Reason = phaseClaimed, w.cfg.Name, ""
+		rev, err = w.s.cas(ctx, sv.key, rec, rev, 0)
+		if errors.Is(err, errConflict) {
+			continue
+		}
+		if err != nil {
+			m.Nak()
+			return rec, 0, false
+		}
+		return rec, rev, true
+	}
+}
+
+// fleetSnap turns a snapshot of the local Registry into the fleet's.
+func (w *Worker) fleetSnap(sv *served, s bgjob.Snapshot) bgjob.Snapshot {
+	s.ID = sv.id
+	s.Joined = false
+	return s
+}
+
+// answer sends a start reply to a client's inbox, if it gave one.
+func (w *Worker) answer(inbox string, r reply) {
+	if inbox == "" {
+		return
+	}
+	data, _ := json.Marshal(r)
+	w.nc.Publish(inbox, data)
+}
+
+// forget drops a served run once it ended.
+func (w *Worker) forget(sv *served) {
+	w.mu.Lock()
+	if w.jobs[sv.id] == sv {
+		delete(w.jobs, sv.id)
+	}
+	w.mu.Unlock()
+}
+
+// readMax is the most a worker reads of a job's output at once, well
+// within NATS's default payload limit.
+const readMax = 256 << 10
+
+// follow publishes the job's admitted output by offset as it comes, then
+// records its end.
+func (w *Worker) follow(sv *served, local bgjob.ID) {
+	subject := w.cfg.outSubject(sv.token, string(sv.id), sv.run)
+	var next int64
+	for {
+		c, err := w.reg.ReadWait(w.ctx, local, next, readMax)
+		if err != nil {
+			break
+		}
+		if c.Data != "" || c.Skipped > 0 {
+			// Published one at a time: while a publish waits for its
+			// ack, output gathers in the Registry for the next chunk.
+			h := nats.Header{}
+			h.Set(hdrOffset, strconv.FormatInt(c.Offset, 10))
+			h.Set(hdrNext, strconv.FormatInt(c.Next, 10))
+			h.Set(hdrSkipped, strconv.FormatInt(c.Skipped, 10))
+			msgID := string(sv.id) + "." + sv.run + "." + strconv.FormatInt(c.Offset, 10)
+			err := retry(w.ctx, w.cfg.Layout, func(ctx context.Context) error {
+				_, err := w.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: []byte(c.Data)}, jetstream.WithMsgID(msgID))
+				return err
+			})
+			if err != nil && w.ctx.Err() == nil {
+				w.log.Warn("bgjob/fleet: publish output", "id", sv.id, "err", err)
+			}
+		}
+		next = c.Next
+		if c.Done {
+			break
+		}
+	}
+	final, err := w.reg.Wait(w.ctx, local)
+	if err != nil {
+		// Evicted before its end was read (Retention.MaxJobs too low),
+		// or the worker is closing with the job still running.
+		final = bgjob.Snapshot{Session: "", State: bgjob.Failed, ExitCode: -1, Ended: time.Now(), Reason: "worker: " + err.Error()}
+		if s, ok := w.recordSnap(sv); ok {
+			final = s
+			final.State, final.ExitCode, final.Ended, final.Reason = bgjob.Failed, -1, time.Now(), "worker: "+err.Error()
+		}
+	}
+	w.finish(sv, w.fleetSnap(sv, final), local)
+}
+
+// recordSnap returns the snapshot in the run's record.
+func (w *Worker) recordSnap(sv *served) (bgjob.Snapshot, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*w.cfg.RequestTimeout)
+	defer cancel()
+	rec, _, found, err := w.s.get(ctx, sv.key)
+	if err != nil || !found || rec.Run != sv.run {
+		return bgjob.Snapshot{}, false
+	}
+	return rec.Snap, true
+}
+
+// finish records the run's end: its record becomes ended (unless a
+// reaper recorded its loss first) and, if pollable, its completion is
+// queued. Then sv.ended closes.
+func (w *Worker) finish(sv *served, final bgjob.Snapshot, local bgjob.ID) {
+	defer close(sv.ended)
+	sv.final = final
+	// The end is recorded even while the worker closes: a context of
+	// its own, not the worker's.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*w.cfg.RequestTimeout)
+	defer cancel()
+	for {
+		rec, rev, found, err := w.s.get(ctx, sv.key)
+		if err != nil {
+			w.log.Warn("bgjob/fleet: record end", "id", sv.id, "err", err)
+			return
+		}
+		if !found || rec.Run != sv.run || rec.Worker != w.cfg.Name || rec.Phase == phaseEnded {
+			return // replaced, or recorded lost by a reaper
+		}
+		rec.Phase, rec.Snap = phaseEnded, final
+		_, err = w.s.cas(ctx, sv.key, rec, rev, w.cfg.Retention)
+		if errors.Is(err, errConflict) {
+			continue
+		}
+		if err != nil {
+			w.log.Warn("bgjob/fleet: record end", "id", sv.id, "err", err)
+			return
+		}
+		if rec.Pollable {
+			if err := w.s.complete(ctx, rec); err != nil {
+				w.log.Warn("bgjob/fleet: completion", "id", sv.id, "err", err)
+			}
+		}
+		break
+	}
+	if local != "" {
+		w.reg.Completions(final.Session) // the worker's Registry queues them too: drop them
+	}
+}
+
+// Output chunk headers.
+const (
+	hdrOffset  = "Bgjob-Offset"
+	hdrNext    = "Bgjob-Next"
+	hdrSkipped = "Bgjob-Skipped"
+)
+
+// maxWait bounds how long a worker holds a ReadWait request.
+const maxWait = 30 * time.Second
+
+// request answers a request from a client; it runs in its own goroutine,
+// since ReadWait and Cancel may block.
+func (w *Worker) request(m *nats.Msg) {
+	w.mu.Lock()
+	if w.rpcClosed {
+		w.mu.Unlock()
+		return
+	}
+	w.rpcWG.Add(1)
+	w.mu.Unlock()
+	go func() { // ends with the answer; Close waits for it
+		defer w.rpcWG.Done()
+		r := w.handle(m)
+		data, _ := json.Marshal(r)
+		m.Respond(data)
+	}()
+}
+
+func (w *Worker) handle(m *nats.Msg) reply {
+	var req rpcRequest
+	if err := json.Unmarshal(m.Data, &req); err != nil {
+		return errorReply(fmt.Errorf("bgjob/fleet: request: %w", bgjob.ErrInvalidArgument))
+	}
+	token := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	w.mu.Lock()
+	sv := w.jobs[req.ID]
+	w.mu.Unlock()
+	// A request on one session's subject never reaches another
+	// session's job: it is not found, as an unknown ID.
+	if sv == nil || sv.token != token || (req.Run != "" && req.Run != sv.run) {
+		return errorReply(fmt.Errorf("bgjob/fleet: %s %s: %w", req.Op, req.ID, bgjob.ErrNotFound))
+	}
+	local, _ := sv.local.Load().(bgjob.ID)
+	if req.Op == "cancel" {
+		sv.cancelled.Store(true)
+		if local != "" {
+			w.reg.Cancel(local)
+		}
+		select {
+		case <-sv.ended:
+			s := sv.final
+			return reply{Snap: &s}
+		case <-w.ctx.Done():
+			return errorReply(fmt.Errorf("bgjob/fleet: cancel %s: %w", req.ID, bgjob.ErrClosed))
+		}
+	}
+	if local == "" {
+		return errorReply(fmt.Errorf("bgjob/fleet: %s %s: starting: %w", req.Op, req.ID, errStarting))
+	}
+	switch req.Op {
+	case "status":
+		s, err := w.reg.Status(local)
+		if err != nil {
+			return errorReply(err)
+		}
+		s = w.fleetSnap(sv, s)
+		return reply{Snap: &s}
+	case "read", "readwait":
+		var c bgjob.Chunk
+		var err error
+		if req.Op == "read" {
+			c, err = w.reg.Read(local, req.Offset, req.Max)
+		} else {
+			wait := min(max(req.Wait, 0), maxWait)
+			ctx, cancel := context.WithTimeout(w.ctx, wait)
+			c, err = w.reg.ReadWait(ctx, local, req.Offset, req.Max)
+			cancel()
+			if errors.Is(err, context.DeadlineExceeded) {
+				err = nil // nothing yet: the client asks again
+			}
+		}
+		if err != nil {
+			return errorReply(err)
+		}
+		return reply{Chunk: &c}
+	}
+	return errorReply(fmt.Errorf("bgjob/fleet: request %q: %w", req.Op, bgjob.ErrInvalidArgument))
+}
+
+// errStarting: the run is claimed and its process not yet started.
+var errStarting = errors.New("bgjob/fleet: job starting")
+
+// Close stops the worker: it takes no more launches, cancels the jobs it
+// runs (their ends are recorded, Cancelled, and their completions
+// queued), stops answering requests, and deletes its heartbeat, so that
+// no job of it is reported lost. It waits for every goroutine it started.
+// If ctx ends first, it stops waiting for the jobs' ends, which a reaper
+// then records as lost, and returns ctx.Err() wrapped. Close is
+// idempotent; the Registry stays open.
+func (w *Worker) Close(ctx context.Context) error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil
+	}
+	w.closed = true
+	var svs []*served
+	for _, sv := range w.jobs {
+		svs = append(svs, sv)
+	}
+	w.mu.Unlock()
+	w.stopTaking()
+	var err error
+	for _, sv := range svs {
+		sv.cancelled.Store(true)
+		if local, _ := sv.local.Load().(bgjob.ID); local != "" {
+			go w.reg.Cancel(local) // ends with the job, KillGrace at most
+		}
+	}
+	for _, sv := range svs {
+		select {
+		case <-sv.ended:
+		case <-ctx.Done():
+			err = fmt.Errorf("bgjob/fleet: close worker: %w", ctx.Err())
+		}
+		if err != nil {
+			break
+		}
+	}
+	w.mu.Lock()
+	w.rpcClosed = true
+	w.mu.Unlock()
+	w.sub.Unsubscribe()
+	w.cancel()
+	w.rpcWG.Wait()
+	w.wg.Wait()
+	if err == nil {
+		dctx, cancel := context.WithTimeout(context.Background(), w.cfg.RequestTimeout)
+		w.s.workers.Delete(dctx, "hb."+w.cfg.Name)
+		cancel()
+	}
+	w.rp.close()
+	return err
+}
