@@ -121,7 +121,7 @@ type Client struct {
 
 	// mu guards the fields below.
 	mu      sync.Mutex
-	waiting map[string]chan reply          // start replies by token
+	waiting map[string]chan reply         // start replies by token
 	done    map[string]jetstream.Consumer // completion consumers by session token
 	closed  bool
 	quit    chan struct{} // closed by Close

@@ -90,7 +90,9 @@ func (l Layout) workersBucket() string { return l.Prefix + "_workers" }
 func (l Layout) outStream() string     { return l.Prefix + "_out" }
 func (l Layout) doneStream() string    { return l.Prefix + "_done" }
 
-func (l Layout) launchSubject(token string) string { return l.Prefix + ".launch." + l.Pool + "." + token }
+func (l Layout) launchSubject(token string) string {
+	return l.Prefix + ".launch." + l.Pool + "." + token
+}
 func (l Layout) outSubject(token string, id string, run string) string {
 	return l.Prefix + ".out." + token + "." + id + "." + run
 }

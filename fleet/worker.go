@@ -113,9 +113,9 @@ type served struct {
 	token string
 	key   string
 
-	local     atomic.Value  // bgjob.ID in the Registry, once started
-	cancelled atomic.Bool   // a Cancel came: stop it, or never start it
-	ended     chan struct{} // closed once the end is recorded
+	local     atomic.Value   // bgjob.ID in the Registry, once started
+	cancelled atomic.Bool    // a Cancel came: stop it, or never start it
+	ended     chan struct{}  // closed once the end is recorded
 	final     bgjob.Snapshot // set before ended closes
 }
 
