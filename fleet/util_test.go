@@ -1,0 +1,62 @@
+package fleet
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/bgjob/bgjob"
+	"github.com/nats-io/nats.go"
+)
+
+func natsConnect(url string) (*nats.Conn, error) {
+	return nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+}
+
+// testLayout is a Layout of the shared cluster for one test.
+func testLayout(t testing.TB, pool string) Layout {
+	return Layout{Prefix: "t" + nonce()[:10], Pool: pool, Replicas: 3}
+}
+
+// newWorker starts a worker with a Registry of its own on a connection to
+// url; both are closed when the test ends.
+func newWorker(t testing.TB, url string, l Layout, slots int, cfg bgjob.Config) (*Worker, *bgjob.Registry) {
+	t.Helper()
+	reg, err := bgjob.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := connect(t, url)
+	w, err := NewWorker(nc, reg, WorkerConfig{Layout: l, Slots: slots, Heartbeat: 250 * time.Millisecond, HeartbeatTTL: time.Second, AckWait: 2 * time.Second})
+	if err != nil {
+		reg.Close(context.Background())
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := w.Close(ctx); err != nil {
+			t.Errorf("worker close: %v", err)
+		}
+		reg.Close(ctx)
+	})
+	return w, reg
+}
+
+// newClient starts a client on a connection to url, closed when the test ends.
+func newClient(t testing.TB, url string, cfg ClientConfig) *Client {
+	t.Helper()
+	nc := connect(t, url)
+	c, err := NewClient(nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+func deadline(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
