@@ -64,9 +64,9 @@ func startCluster(n int, dir string) (*cluster, error) {
 				Host: "127.0.0.1",
 				Port: ports[n+i],
 			},
-			Routes:                routes,
-			JetStreamMaxMemory:    256 << 20,
-			JetStreamMaxStore:     2 << 30,
+			Routes:                 routes,
+			JetStreamMaxMemory:     256 << 20,
+			JetStreamMaxStore:      2 << 30,
 			DisableJetStreamBanner: true,
 		}
 		s, err := server.NewServer(o)

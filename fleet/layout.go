@@ -40,6 +40,12 @@ type Layout struct {
 	// If Retention is 0, it is 1 hour. Completions are kept for a day
 	// or until they are delivered.
 	Retention time.Duration
+
+	// OutputBytes bounds the output stream of the whole fleet (each
+	// replica's disk): past it, the oldest chunks go. If OutputBytes is
+	// 0, it is 1 GiB. Each job keeps at most its last 1,024 chunks of at
+	// most 256 KiB. It applies when the stream is first made.
+	OutputBytes int64
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -69,6 +75,9 @@ func (l Layout) normalize() (Layout, error) {
 	}
 	if l.Retention <= 0 {
 		l.Retention = time.Hour
+	}
+	if l.OutputBytes <= 0 {
+		l.OutputBytes = 1 << 30
 	}
 	return l, nil
 }
@@ -139,7 +148,7 @@ func provision(ctx context.Context, js jetstream.JetStream, l Layout) error {
 			Replicas:          l.Replicas,
 			MaxAge:            l.Retention,
 			MaxMsgsPerSubject: 1024,
-			MaxBytes:          1 << 30,
+			MaxBytes:          l.OutputBytes,
 			Discard:           jetstream.DiscardOld,
 			AllowDirect:       true,
 		},

@@ -60,7 +60,7 @@ func childWorker() {
 		fail(err)
 	}
 	cfg := WorkerConfig{
-		Layout:    Layout{Prefix: os.Getenv("BGJOB_FLEET_PREFIX"), Pool: os.Getenv("BGJOB_FLEET_POOL"), Replicas: 3},
+		Layout:    Layout{Prefix: os.Getenv("BGJOB_FLEET_PREFIX"), Pool: os.Getenv("BGJOB_FLEET_POOL"), Replicas: 3, OutputBytes: 16 << 20},
 		Name:      os.Getenv("BGJOB_FLEET_NAME"),
 		Heartbeat: 250 * time.Millisecond, HeartbeatTTL: time.Second, AckWait: 2 * time.Second,
 	}

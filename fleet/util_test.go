@@ -15,7 +15,7 @@ func natsConnect(url string) (*nats.Conn, error) {
 
 // testLayout is a Layout of the shared cluster for one test.
 func testLayout(t testing.TB, pool string) Layout {
-	return Layout{Prefix: "t" + nonce()[:10], Pool: pool, Replicas: 3}
+	return Layout{Prefix: "t" + nonce()[:10], Pool: pool, Replicas: 3, OutputBytes: 16 << 20}
 }
 
 // newWorker starts a worker with a Registry of its own on a connection to
