@@ -60,3 +60,5 @@ func deadline(t testing.TB, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+func dontRandomize() nats.Option { return nats.DontRandomize() }
