@@ -1,0 +1,134 @@
+// Package fleet runs bgjob jobs on many machines: a [Worker] serves a
+// local [bgjob.Registry] to a fleet, and a [Client] offers the
+// Registry's method set ([bgjob.Jobs]) over the fleet, so a host switches
+// from local jobs to a fleet by construction only. It is built on NATS
+// with JetStream (work queues, key-value buckets and streams, replicated
+// by Raft across a cluster); it starts no server of its own.
+//
+//	nc, _ := nats.Connect("nats://a:4222,nats://b:4222,nats://c:4222")
+//
+//	// On each worker machine:
+//	reg, _ := bgjob.New(bgjob.Config{})
+//	w, _ := fleet.NewWorker(nc, reg, fleet.WorkerConfig{Layout: fleet.Layout{Replicas: 3}})
+//	defer reg.Close(ctx)
+//	defer w.Close(ctx)
+//
+//	// In the host (any replica of it):
+//	var jobs bgjob.Jobs
+//	jobs, _ = fleet.NewClient(nc, fleet.ClientConfig{Layout: fleet.Layout{Replicas: 3}})
+//	s, err := jobs.Start(ctx, bgjob.Spec{Command: "make test", Session: "alice"})
+//
+// # How a job runs
+//
+// Start writes the job's record to the jobs bucket with a
+// compare-and-set on its key (SESSION.ID): a record of the same ID that
+// is queued or running means the launch joins it (Joined, no process);
+// otherwise the record is a new run, "queued", and the launch goes to
+// the pool's work queue. A worker with a free slot takes it, claims the
+// record (queued → claimed, compare-and-set, so one worker runs it),
+// starts the job in its Registry, records it running, acknowledges the
+// launch and answers the client. It then publishes the job's admitted
+// output by offset to the output stream as it comes and, at the end,
+// records the final snapshot and queues the completion. Every record
+// write is a compare-and-set on the key's last revision, so each change
+// has one writer: the end of a run is written once, by its worker or by
+// a reaper.
+//
+// Subjects and names, with P the Layout's Prefix ("bgjob"):
+//
+//	P_launch   stream, work queue   P.launch.POOL.SESSION    launches, each taken by one worker
+//	P_jobs     key-value bucket     SESSION.ID               each job's record: phase, worker, snapshot
+//	P_workers  key-value bucket     hb.WORKER                heartbeats, each expiring after HeartbeatTTL
+//	                                config.idkey             the fleet's shared ID key
+//	P_out      stream               P.out.SESSION.ID.RUN     admitted output chunks, by offset
+//	P_done     stream, work queue   P.done.SESSION           completions, each taken once
+//	(core)     request-reply        P.rpc.WORKER.SESSION     Status, Read, ReadWait, Cancel at the job's worker
+//
+// SESSION is [SessionToken] of the session's name.
+//
+// # Failures
+//
+//   - A worker that dies stops writing its heartbeat. When the heartbeat
+//     expires, every worker's and client's reaper sees it go; the runs
+//     the worker had started end Failed with Reason "worker lost", and
+//     their completions are queued, once (compare-and-set, and the
+//     completion's message ID is the run's). Outside durable mode the
+//     dead worker's Registry stops its jobs (its guard process), so no
+//     job runs on unobserved.
+//   - A worker that dies after it claimed a launch and before it
+//     recorded the job running: at most once, by default, the launch ends
+//     Failed, "worker lost" (it may or may not have started). With
+//     ClientConfig.Rerun, it goes back to the queue and another worker
+//     runs it once the pool's AckWait has passed.
+//   - A launch no worker takes (every worker busy or none running) waits
+//     in the work queue; Start returns ErrNoWorker when its ctx or
+//     StartTimeout ends, having withdrawn it.
+//   - A NATS server that dies: with three servers and Replicas 3, every
+//     stream and bucket keeps a quorum, and clients and workers
+//     connected with the list of servers reconnect to another. Requests
+//     in flight are retried (writes by compare-and-set or with message
+//     IDs, so a retry never applies twice) for up to about six times
+//     Layout.RequestTimeout.
+//   - A client that dies: its jobs go on; a completion it had taken but
+//     not acknowledged is delivered again 30s later.
+//
+// # Sessions and security
+//
+// Every subject and key of a job holds its session's token, so NATS
+// permissions can confine a host's connection to a session. A client
+// with ClientConfig.Scoped uses only its session's subjects, plus the
+// JetStream API for its buckets and streams; a worker answers a request
+// on a session's subject only for that session's jobs. A fleet that
+// crosses machines should run NATS with TLS and a user per role, for
+// example (nats-server configuration):
+//
+//	tls { cert_file: "server.pem", key_file: "server-key.pem", ca_file: "ca.pem", verify: true }
+//	accounts {
+//	  JOBS: {
+//	    jetstream: enabled
+//	    users: [
+//	      # Workers and unscoped clients: the whole fleet.
+//	      { user: worker, password: $WORKER_PASS, permissions: {
+//	          publish: ["bgjob.>", "$JS.API.>", "$JS.ACK.>", "$KV.bgjob_jobs.>", "$KV.bgjob_workers.>", "_INBOX.>"],
+//	          subscribe: ["bgjob.rpc.>", "_INBOX.>"] } }
+//	      # A host scoped to session alice.
+//	      { user: alice, password: $ALICE_PASS, permissions: {
+//	          publish: ["bgjob.launch.*.alice", "bgjob.rpc.*.alice", "$KV.bgjob_jobs.alice.>",
+//	                    "$JS.API.DIRECT.GET.KV_bgjob_jobs.$KV.bgjob_jobs.alice.>",
+//	                    "$JS.API.DIRECT.GET.bgjob_out", "$JS.API.STREAM.INFO.*", "$JS.API.CONSUMER.CREATE.*.*.bgjob.done.alice",
+//	                    "$JS.API.CONSUMER.CREATE.KV_bgjob_jobs.*.$KV.bgjob_jobs.alice.>",
+//	                    "$JS.API.CONSUMER.MSG.NEXT.bgjob_done.done-alice", "$JS.ACK.bgjob_done.done-alice.>",
+//	                    "$JS.API.CONSUMER.DELETE.KV_bgjob_jobs.>", "$JS.API.INFO"],
+//	          subscribe: ["_INBOX.>"] } }
+//	    ]
+//	  }
+//	}
+//
+// The scoped user's list is a sketch of what its client sends, not a
+// tested policy: this package's tests check the isolation of scoped
+// clients and of the workers' requests, not NATS's permissions. The
+// shared ID key (config.idkey in the workers bucket) must be readable
+// only by workers and trusted clients: whoever has it can compute IDs.
+// A scoped client should be given the key in ClientConfig.IDKey.
+//
+// # Limits
+//
+//   - A job's record is written four times (queued, claimed, running,
+//     ended), each a replicated write: a fleet job costs a few
+//     milliseconds more than a local one, and throughput is bound by
+//     JetStream's writes, not by the workers (see the README's numbers).
+//   - The output stream keeps each run's last 1,024 chunks, within
+//     Layout.OutputBytes for the fleet and Layout.Retention in time;
+//     reads of an ended job are served from it, so its head may be
+//     Skipped where the local Registry would still hold it.
+//   - List shows running jobs as their workers recorded them at their
+//     start; Status gives the live text.
+//   - IDs are the fleet's, a keyed hash of the Spec as the client gave
+//     it: Dir "" and "." are different jobs here.
+//   - A worker restarted in durable mode does not yet adopt its jobs
+//     into the fleet: their records are reported lost when its old
+//     heartbeat expires.
+//   - The methods later issues add to Registry (Write, Watch, ...) are
+//     not yet offered; each is a request to the job's worker, like
+//     Cancel.
+package fleet
