@@ -54,6 +54,11 @@ type plan struct {
 	cg     *jobCgroup
 	cgs    *cgroups
 	marker string
+	// Without a cgroup on Linux, set by the spawn just before the fork:
+	// a start time (clock ticks after boot) no process of the job can
+	// be older than, and a count of the tasks the system had created by
+	// then (0: unknown), for the leftover search (see newPIDsAbove).
+	since, forks uint64
 
 	// scratch is a directory made for the job (the sandbox's private
 	// temp dir on macOS), removed with the process, or by whoever gives

@@ -69,6 +69,11 @@ func containAttr(pl *plan, pidfd *int) (*syscall.SysProcAttr, []string, func(), 
 	env := pl.env
 	if pl.marker != "" {
 		env = append(slices.Clip(env), pl.marker)
+		// Taken before the fork: every process of the job starts after
+		// this tick (a tick earlier, for the rounding). The count of
+		// created tasks is the last sample, however old, which only
+		// makes newPIDsAbove more careful; settle refreshes it.
+		pl.since, pl.forks = bootTicks()-1, lastForkCount()
 	}
 	return sys, env, func() {}, nil
 }
@@ -86,14 +91,14 @@ func (p *process) contain(pl *plan) {
 		p.cgroup, p.cgs, p.cg = g.dir, pl.cgs, g
 		return
 	}
-	p.marker = pl.marker
+	p.marker, p.since, p.forks = pl.marker, pl.since, pl.forks
 }
 
 // settle does what the end of the job's containment needs, in its
 // supervisor as the job starts to run, so that it overlaps the job rather
 // than delaying its launch: with a cgroup, it does the registry's cgroup
-// housekeeping; without, it notes when the job started and the system's
-// count of created tasks (see newPIDsAbove).
+// housekeeping; without, it refreshes the sample of the system's count
+// of created tasks (see newPIDsAbove).
 func (p *process) settle() {
 	if p.cgroup != "" {
 		if p.cgs != nil {
@@ -101,14 +106,11 @@ func (p *process) settle() {
 		}
 		return
 	}
-	if p.marker != "" && p.since == 0 {
-		// No /proc read here: this runs on the way to the first read
-		// of a job that may end at once. A tick before now is a start
-		// time no process of the job can be older than; the count of
-		// created tasks may be up to forkSampleAge old, which only
-		// makes newPIDsAbove more careful.
-		p.since = bootTicks() - 1
-		p.forks = recentForkCount()
+	if p.marker != "" {
+		// The spawn took the job's start marks (containAttr); refresh
+		// the sample of created tasks for the next launches, here, off
+		// their path.
+		recentForkCount()
 	}
 }
 
@@ -132,6 +134,15 @@ var forkSample struct {
 
 // forkSampleAge is how old recentForkCount's answer may be.
 const forkSampleAge = 100 * time.Millisecond
+
+// lastForkCount returns the last sample of the count of tasks the system
+// had created, however old (never more than the count now), without
+// reading it: 0 if there is none yet.
+func lastForkCount() uint64 {
+	forkSample.mu.Lock()
+	defer forkSample.mu.Unlock()
+	return forkSample.n
+}
 
 // recentForkCount returns the count of tasks the system had created at
 // most forkSampleAge ago: never more than the count now. It returns 0
