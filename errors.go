@@ -57,4 +57,15 @@ var (
 	// and RunForeground return the job's snapshot with a nil error, since
 	// a job was launched and can be polled: check s.Err() too.
 	ErrSpawn = errors.New("bgjob: job never ran")
+
+	// ErrInputClosed: the job's input is closed: by CloseInput, by the
+	// job's end, or by the job itself (it closed its end of the pipe).
+	// Returned by Write and CloseInput (of a Registry or a Session).
+	ErrInputClosed = errors.New("bgjob: input closed")
+
+	// ErrNotInteractive: the job was not launched with Spec.Interactive
+	// (for Write and CloseInput) or Spec.TTY (for Resize and Screen).
+	// Returned by Write, CloseInput, Resize and Screen (of a Registry or
+	// a Session).
+	ErrNotInteractive = errors.New("bgjob: job not interactive")
 )

@@ -20,6 +20,14 @@ type outcome struct {
 // It is called once per job, by its supervisor or, for a job that never
 // got a process, by spawn.
 func (r *Registry) finish(j *job, o outcome) {
+	// The input closes (Write fails from now on), and the screen keeps
+	// what it has not been fed, before the raw output goes.
+	if j.in != nil {
+		j.in.end()
+	}
+	if j.scr != nil {
+		j.scr.atEnd(j)
+	}
 	j.mu.Lock()
 	v := j.out.view()
 	j.mu.Unlock()

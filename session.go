@@ -116,3 +116,19 @@ func (s *Session) Completions() []Completion { return s.r.Completions(s.name) }
 func (s *Session) NextCompletion(ctx context.Context) (Completion, error) {
 	return s.r.NextCompletion(ctx, s.name)
 }
+
+// Write is [Registry.Write] to a job of the session.
+func (s *Session) Write(ctx context.Context, id ID, p []byte) (int, error) {
+	return s.r.write(ctx, s.scope(), id, p)
+}
+
+// CloseInput is [Registry.CloseInput] of a job of the session.
+func (s *Session) CloseInput(id ID) error { return s.r.closeInput(s.scope(), id) }
+
+// Resize is [Registry.Resize] of a job of the session.
+func (s *Session) Resize(id ID, rows, cols uint16) error {
+	return s.r.resize(s.scope(), id, rows, cols)
+}
+
+// Screen is [Registry.Screen] of a job of the session.
+func (s *Session) Screen(id ID) (Screen, error) { return s.r.screen(s.scope(), id) }
