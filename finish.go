@@ -63,7 +63,7 @@ func (r *Registry) finish(j *job, o outcome) {
 	j.wakeReadersLocked() // the output is final: Done from now on
 	j.mu.Unlock()
 	r.running--
-	j.retEnd, j.retBytes = now, int64(len(fin.out.Text))
+	j.retEnd, j.retBytes = now, fin.size()
 	pollable := j.pollable
 	c := Completion{ID: j.id, Session: j.spec.Session, Command: j.spec.Command, State: o.state, ExitCode: o.exitCode, Ended: now}
 	if pollable {

@@ -97,4 +97,3 @@ func (c *fileConn) resize(rows, cols uint16) error {
 
 // errBrokenPipe: EPIPE and EIO say it on Unix (see brokenInput).
 func errBrokenPipe(error) bool { return false }
-

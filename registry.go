@@ -98,11 +98,11 @@ type job struct {
 	// in is an interactive job's input (Spec.Interactive or TTY), and
 	// scr a TTY job's screen; nil for other jobs. Each is safe for
 	// concurrent use.
-	in      *input
-	scr     *screen
-	over    chan struct{} // closed by finish once the job has finished, before its hooks run
-	done    chan struct{} // closed by finish once the job has finished and its hooks have run
-	wake    chan struct{} // a poke for a supervisor that waits after its pipe's EOF
+	in   *input
+	scr  *screen
+	over chan struct{} // closed by finish once the job has finished, before its hooks run
+	done chan struct{} // closed by finish once the job has finished and its hooks have run
+	wake chan struct{} // a poke for a supervisor that waits after its pipe's EOF
 
 	// Requests to the supervisor. stopReq is set by Cancel, Close or
 	// Detach, whichever comes first (never reset); force by Close when
