@@ -246,7 +246,7 @@ func (s *stripper) eraseLine(mode int) {
 			s.line = s.line[:s.col]
 		}
 	case 1:
-		for i := 0; i < s.col && i < len(s.line); i++ {
+		for i := 0; i <= s.col && i < len(s.line); i++ {
 			s.line[i] = ' '
 		}
 	case 2:
