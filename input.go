@@ -145,6 +145,9 @@ func (in *input) acquire(ctx context.Context, op string, id ID) error {
 	if in.closed.Load() {
 		return in.closedErr(op, id)
 	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("bgjob: %s %s: %w", op, id, err)
+	}
 	select {
 	case <-in.ready:
 	case <-in.done:
@@ -162,6 +165,10 @@ func (in *input) acquire(ctx context.Context, op string, id ID) error {
 	if in.closed.Load() {
 		<-in.sem
 		return in.closedErr(op, id)
+	}
+	if err := ctx.Err(); err != nil {
+		<-in.sem // both were ready: ctx's end wins
+		return fmt.Errorf("bgjob: %s %s: %w", op, id, err)
 	}
 	return nil
 }

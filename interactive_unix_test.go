@@ -327,3 +327,13 @@ func fdCount() int {
 	}
 	return len(ents) - 1 // the directory's own
 }
+
+// firstDiff returns the offset of the first byte where a and b differ.
+func firstDiff(a, b string) int {
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}

@@ -317,15 +317,6 @@ func TestTTYRoundTrip1MiB(t *testing.T) {
 	}
 }
 
-func firstDiff(a, b string) int {
-	for i := 0; i < len(a) && i < len(b); i++ {
-		if a[i] != b[i] {
-			return i
-		}
-	}
-	return min(len(a), len(b))
-}
-
 // Screen and Output.Text pass the Admitter.
 func TestTTYAdmitterSeesScreenAndText(t *testing.T) {
 	var seen []string
