@@ -28,6 +28,7 @@ import (
 //	    record.json             keyed hash of the session, never its name
 //	    output                  the job's stdout and stderr, written by it
 //	    exit                    the shell's status, written by the wrapper
+//	    input                   an interactive job's stdin: a FIFO (durable_io_linux.go)
 //	quarantine/                 run folders whose record could not be read
 //
 // Folders are 0700 and files 0600.

@@ -30,7 +30,10 @@ var (
 	ErrRejected = errors.New("bgjob: rejected")
 
 	// ErrUnsupported: the feature is not available on this platform or
-	// in this configuration. Returned by New and Detach.
+	// in this configuration. Returned by New and Detach, and by Start and
+	// RunForeground for a Spec this host cannot run (limits it cannot
+	// enforce; Spec.TTY in durable mode or where there are no
+	// pseudo-terminals).
 	ErrUnsupported = errors.New("bgjob: unsupported")
 
 	// ErrInvalidConfig: a Config field is malformed; the message names
@@ -46,8 +49,9 @@ var (
 	// ErrInvalidArgument: an argument other than a Spec is out of range,
 	// such as a negative offset, or an offset inside a line of text that
 	// the Admitter rewrote (continue from Chunk.Next); the message names
-	// it. Returned by Read, ReadWait and a Follow reader's Read, and by
-	// Wait called from the job's own Admitter as the job ends.
+	// it. Returned by Read, ReadWait and a Follow reader's Read, by
+	// Resize for a zero size, and by Wait called from the job's own
+	// Admitter as the job ends.
 	ErrInvalidArgument = errors.New("bgjob: invalid argument")
 
 	// ErrSpawn: the job never ran: its process could not be started (a

@@ -9,8 +9,8 @@ import (
 // Session is a view of a [Registry] scoped to one session: the
 // registry's methods with the session filled in and checked. Its Start
 // and RunForeground launch jobs of that session; its Status, Read,
-// ReadWait, Follow, Wait and Cancel answer ErrNotFound for the ID of
-// another session's job, exactly as for an ID that names no job, so one
+// ReadWait, Follow, Wait, Cancel, Write, CloseInput, Resize and Screen
+// answer ErrNotFound for the ID of another session's job, exactly as for an ID that names no job, so one
 // client of a multi-client host can neither reach nor learn of another's
 // jobs; its List, Completions and NextCompletion are the session's.
 //
