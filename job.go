@@ -60,9 +60,10 @@ type Spec struct {
 	// '=' nor NUL; values must not hold NUL.
 	Env map[string]string
 
-	// Stdin is written to the job's standard input, which is then closed.
-	// If Stdin is empty the job reads an empty input; it never reads the
-	// host's standard input.
+	// Stdin is written to the job's standard input, which is then closed
+	// (for an Interactive job, it is written first and the input stays
+	// open). If Stdin is empty the job reads an empty input; it never
+	// reads the host's standard input.
 	Stdin string
 
 	// Timeout limits the job's wall-clock time from its start. If Timeout
