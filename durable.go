@@ -717,6 +717,13 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 				state: Running, exitCode: exitUnknown, pid: rec.PID,
 			}
 			j.spec.Timeout = rec.Timeout
+			if rec.Interactive {
+				// Its input, closed unless adoption opens it again.
+				j.spec.Interactive = true
+				j.in = newInput(false)
+				j.in.markClosed(inputByEnd)
+				j.in.attach(nil, nil)
+			}
 			if rec.Limits != nil {
 				j.limits = *rec.Limits
 			}
@@ -861,7 +868,6 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 // host's end of its FIFO, and the holder that keeps it open; a job whose
 // input was closed (by CloseInput, or by the job) gets a closed one.
 func adoptJobInput(j *job, p *process, rec *record, run string) error {
-	j.spec.Interactive = true
 	j.in = newInput(false)
 	if rec.InputClosed {
 		j.in.markClosed(inputByHost)

@@ -86,11 +86,19 @@ func TestDurableInteractiveClosedStaysClosed(t *testing.T) {
 	}
 	awaitOutput(t, r1, s.ID, "eof")
 	r1.Detach()
-	r2 := newRegistry(t, cfg)
+	r2, err := bgjob.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	_, err = r2.Write(ctxT(t), s.ID, []byte("x"))
 	mustErr(t, err, bgjob.ErrInputClosed)
 	r2.Cancel(s.ID)
+	r2.Close(ctxT(t))
 	r1.Close(ctxT(t))
+	// Replayed after its end, it is still an interactive job, ended.
+	r3 := newRegistry(t, cfg)
+	_, err = r3.Write(ctxT(t), s.ID, []byte("x"))
+	mustErr(t, err, bgjob.ErrInputClosed)
 }
 
 func TestDurableTTYIsRefused(t *testing.T) {

@@ -179,6 +179,13 @@ func (in *input) release() { <-in.sem }
 // ends (then the write's deadline moves into the past) or the input
 // closes.
 func (in *input) write(ctx context.Context, id ID, p []byte) (int, error) {
+	if len(p) == 0 {
+		// Nothing to wait for: only whether the input is open.
+		if in.closed.Load() {
+			return 0, in.closedErr("write", id)
+		}
+		return 0, nil
+	}
 	if err := in.acquire(ctx, "write", id); err != nil {
 		return 0, err
 	}
@@ -339,6 +346,9 @@ func (in *input) prime(r *Registry, data string) {
 // foreground process group (SIGINT), "\x1a" suspends it, "\x04" at the
 // start of a line is end of file. A line discipline holds about 4 KiB
 // of a line not yet ended; a longer line is cut.
+//
+// A Write of nothing returns at once: 0, and the error a Write would
+// get if the input is not open.
 //
 // Write fails with ErrNotFound for an unknown ID, ErrNotInteractive for
 // a job not launched with Spec.Interactive or Spec.TTY, and
