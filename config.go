@@ -154,6 +154,30 @@ type Config struct {
 	// it is set.
 	Subreaper bool
 
+	// Sandbox, if set, is the sandbox of every job that sets none of its
+	// own (see [Sandbox]). New fails with ErrUnsupported if this host
+	// cannot enforce it, and with ErrInvalidConfig naming a bad path.
+	Sandbox *Sandbox
+
+	// Bwrap is the path of bubblewrap, which enforces sandboxes on
+	// Linux. If Bwrap is empty, "bwrap" is looked up in PATH.
+	Bwrap string
+
+	// Launcher, if set, rewrites the command line of every job before it
+	// is spawned: to run it in a container or VM runner of the host's,
+	// under firejail or nsjail, on another machine. It gets the whole
+	// command line, which it may wrap or replace, and returns the one to
+	// run; its program is looked up in PATH. It runs after the job's
+	// sandbox has wrapped the command line (so a Launcher that isolates
+	// the job its own way should be used without Sandbox, or must provide
+	// what bubblewrap needs) and after the limits set on each process
+	// were put into it (so they hold wherever the command line runs); the
+	// job's containment and, in durable mode, its exit-marker wrapper
+	// are around it. A Launcher that fails fails the job (ErrSpawn) with
+	// its error in the Reason. It is called outside any lock, once per
+	// spawn, never for a launch that joins a running job.
+	Launcher func(argv []string) ([]string, error)
+
 	// Limits holds the limits of every job; a non-zero field of
 	// Spec.Limits replaces its own (see [Limits]). New fails with
 	// ErrUnsupported if this host cannot enforce them.

@@ -59,13 +59,18 @@ func startOnConPTY(pl *plan, app, cmdline *uint16, block []uint16, dirp *uint16)
 			conn.Close()
 		}
 	}()
-	job, err := newJob()
+	// The limits are set on the job before the shell exists, as in
+	// startJob.
+	job, port, err := newJob(pl.limits)
 	if err != nil {
 		return nil, nil, fmt.Errorf("job object: %w", err)
 	}
 	defer func() {
 		if err != nil {
 			windows.CloseHandle(job)
+			if port != 0 {
+				windows.CloseHandle(port)
+			}
 		}
 	}()
 
@@ -102,5 +107,5 @@ func startOnConPTY(pl *plan, app, cmdline *uint16, block []uint16, dirp *uint16)
 		return nil, nil, fmt.Errorf("resume: %w", err)
 	}
 	pl.input.conn = conn
-	return &process{pid: int(pi.ProcessId), proc: pi.Process, job: job}, rd, nil
+	return &process{pid: int(pi.ProcessId), proc: pi.Process, job: job, port: port, watched: port != 0}, rd, nil
 }

@@ -25,7 +25,8 @@
 //		io.Copy(os.Stdout, jobs.Follow(ctx, res.ID, 0))
 //	}
 //
-// bgjob runs jobs on this machine only.
+// bgjob runs jobs on this machine only (a Config.Launcher may run them
+// elsewhere).
 //
 // Hooks ([Admitter], [Telemetry], [Config.OnComplete], [Config.Guard]) may
 // call back into the registry, on any job, their own included, without a
@@ -61,6 +62,16 @@
 // a [Snapshot.Reason] that names the limit and [CategoryLimit] in
 // [Telemetry]. [Snapshot.Usage] tells the CPU time and peak memory every
 // finished job used.
+//
+// # Sandbox
+//
+// [Config.Sandbox] or [Spec.Sandbox] confines a job: it may write its Dir,
+// a private temporary directory and the paths listed, read the whole
+// filesystem or only what is listed, and reach no network unless allowed
+// (see [Sandbox]). Linux enforces it with bubblewrap in user namespaces,
+// macOS with sandbox-exec; where it cannot be enforced the launch fails
+// with [ErrUnsupported] and nothing runs. [Config.Launcher] rewrites every
+// job's command line, after the sandbox, for a host's own runner.
 //
 // # Durable mode
 //
@@ -207,8 +218,9 @@
 // later); on other Unix systems a TTY launch fails with ErrUnsupported.
 // Interactive pipes work everywhere.
 //
-// On Windows each job runs in a Job Object with kill-on-close, created
-// suspended and resumed once assigned, so nothing escapes it. The polite
+// On Windows each job runs in a Job Object with kill-on-close, which
+// also holds its [Limits], created suspended and resumed once assigned,
+// so nothing escapes it and nothing runs unlimited. The polite
 // step is CTRL_BREAK to the job's console process group, which reaches
 // it only when the host has a console; a host without one (a service)
 // goes straight to TerminateJobObject after the grace. Exit codes are the

@@ -31,9 +31,10 @@ var (
 
 	// ErrUnsupported: the feature is not available on this platform or
 	// in this configuration. Returned by New and Detach, and by Start and
-	// RunForeground for a Spec this host cannot run (limits it cannot
-	// enforce; Spec.TTY in durable mode or where there are no
-	// pseudo-terminals).
+	// RunForeground for limits or a sandbox this host cannot enforce
+	// (the message names the field and what is missing), and for
+	// Spec.TTY in durable mode or where there are no pseudo-terminals,
+	// before any process starts.
 	ErrUnsupported = errors.New("bgjob: unsupported")
 
 	// ErrInvalidConfig: a Config field is malformed; the message names
@@ -56,7 +57,8 @@ var (
 
 	// ErrSpawn: the job never ran: its process could not be started (a
 	// missing shell or program, a working directory removed before the
-	// spawn, no descriptors left) or its record could not be written.
+	// spawn, no descriptors left, a Config.Launcher that failed), its
+	// sandbox could not be made, or its record could not be written.
 	// Returned by Snapshot.Err (and so by Result's) for such a job. Start
 	// and RunForeground return the job's snapshot with a nil error, since
 	// a job was launched and can be polled: check s.Err() too.

@@ -12,6 +12,9 @@ type outcome struct {
 	// end of its output for a breach of the limits in infer.
 	limit string
 	infer Limits
+	// sandboxed: the job ran in a sandbox, whose failure to set up
+	// finish tells from the start of the output (see sandboxFailure).
+	sandboxed bool
 }
 
 // finish ends j: it admits j's final output, records how the job ended
@@ -39,6 +42,13 @@ func (r *Registry) finish(j *job, o outcome) {
 		fin = r.admitFinal(j, v, o.notice)
 	}
 	now := r.now()
+	if o.sandboxed && o.state == Exited {
+		if line, ok := sandboxFailure(o.exitCode, v.head); ok {
+			// The command never ran: the sandbox could not be made.
+			o.state, o.exitCode, o.reason = Failed, exitUnknown, "sandbox: "+line
+			o.infer = Limits{}
+		}
+	}
 	if o.limit == "" && !o.infer.IsZero() {
 		o.limit = inferLimit(o.infer, v.last(inferTail))
 	}

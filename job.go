@@ -92,6 +92,12 @@ type Spec struct {
 	// coalesce.
 	Limits Limits
 
+	// Sandbox, if set, says what the job may write, read and reach (see
+	// [Sandbox]); if nil, Config.Sandbox applies. A launch whose sandbox
+	// this host cannot enforce fails before any process starts, with
+	// ErrUnsupported; a bad path fails with ErrInvalidSpec naming it.
+	Sandbox *Sandbox
+
 	// Interactive keeps the job's standard input open after Stdin: the
 	// host writes to it with [Registry.Write] and ends it with
 	// [Registry.CloseInput] (the job then reads EOF). The input also
@@ -272,7 +278,8 @@ type Snapshot struct {
 
 // Err returns an error wrapping [ErrSpawn] if the job never ran: it is
 // Failed and its process was never started (its shell or program could
-// not be spawned, or its record written; Reason says why). It returns
+// not be spawned, or its record written), or its sandbox could not be
+// made, so its command never started; Reason says why. It returns
 // nil for every other job, running or ended: a command that exited
 // with a non-zero status, timed out or was cancelled did run, and its
 // State and ExitCode tell how it ended.
@@ -285,7 +292,7 @@ type Snapshot struct {
 //		err = s.Err()
 //	}
 func (s Snapshot) Err() error {
-	if s.State != Failed || (s.PID != 0 && !strings.HasPrefix(s.Reason, "spawn:") && !strings.HasPrefix(s.Reason, "state:")) {
+	if s.State != Failed || (s.PID != 0 && !strings.HasPrefix(s.Reason, "spawn:") && !strings.HasPrefix(s.Reason, "state:") && !strings.HasPrefix(s.Reason, "sandbox:")) {
 		return nil
 	}
 	return fmt.Errorf("bgjob: %s: %s: %w", s.ID, s.Reason, ErrSpawn)

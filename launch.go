@@ -2,6 +2,7 @@ package bgjob
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -53,6 +54,11 @@ type plan struct {
 	cg     *jobCgroup
 	cgs    *cgroups
 	marker string
+
+	// scratch is a directory made for the job (the sandbox's private
+	// temp dir on macOS), removed with the process, or by whoever gives
+	// up the plan.
+	scratch string
 
 	// The job's limits that are still to be enforced: all of them at
 	// first; the containment step takes out those its cgroup enforces,
@@ -244,6 +250,16 @@ func (r *Registry) prepare(spec Spec) (Spec, ID, time.Duration, error) {
 	if p := r.cg.enforceable(spec.Limits.over(r.cfg.Limits)); p != nil {
 		return Spec{}, "", 0, p.err("Spec", ErrInvalidSpec)
 	}
+	sb, err := r.sandboxOf(&spec)
+	if err != nil {
+		return Spec{}, "", 0, err
+	}
+	if sb != nil {
+		if err := r.sandbox.ready(r.cfg.Bwrap); err != nil {
+			return Spec{}, "", 0, fmt.Errorf("Spec.Sandbox: %w", err)
+		}
+	}
+	spec.Sandbox = sb
 	if spec.TTY != nil {
 		if err := r.ttyCheck(); err != nil {
 			return Spec{}, "", 0, fmt.Errorf("Spec.TTY: %w", err)
@@ -423,7 +439,7 @@ func (r *Registry) spawn(j *job) *supervisor {
 	}
 	p, rd, err := r.start(&pl)
 	if err != nil {
-		r.cg.giveBack(&pl)
+		r.giveBack(&pl)
 		return end(outcome{state: Failed, exitCode: exitUnknown, reason: "spawn: " + err.Error()})
 	}
 	if j.in != nil {
@@ -474,11 +490,52 @@ func (r *Registry) plan(j *job) (plan, error) {
 		return plan{}, err
 	}
 	limitArgv(&pl, r.defaultShell)
+	if err := r.wrap(j, &pl); err != nil {
+		r.giveBack(&pl)
+		return plan{}, err
+	}
 	if err := r.jn.wrap(j, &pl); err != nil {
-		r.cg.giveBack(&pl)
+		r.giveBack(&pl)
 		return plan{}, err
 	}
 	return pl, nil
+}
+
+// wrap puts the job's command line into its sandbox, then hands it to
+// Config.Launcher: the Launcher gets the whole command line, the
+// sandbox's wrapper included.
+func (r *Registry) wrap(j *job, pl *plan) error {
+	if sb := j.spec.Sandbox; sb != nil {
+		if err := r.sandbox.wrap(pl, sb); err != nil {
+			return err
+		}
+	}
+	if l := r.cfg.Launcher; l != nil {
+		argv, err := l(slices.Clone(pl.argv))
+		switch {
+		case err != nil:
+			return fmt.Errorf("launcher: %w", err)
+		case len(argv) == 0 || argv[0] == "":
+			return errors.New("launcher: returned no program")
+		}
+		for i, a := range argv {
+			if hasNUL(a) {
+				return fmt.Errorf("launcher: argument %d holds a NUL byte", i)
+			}
+		}
+		pl.argv = argv
+	}
+	return nil
+}
+
+// giveBack undoes what a plan that is not carried out holds: its cgroup,
+// its scratch directory.
+func (r *Registry) giveBack(pl *plan) {
+	r.cg.giveBack(pl)
+	if pl.scratch != "" {
+		os.RemoveAll(pl.scratch)
+		pl.scratch = ""
+	}
 }
 
 // closedChan stands for a waiter that is not there.

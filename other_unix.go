@@ -17,9 +17,10 @@ import (
 // procOS is what a process adds here: the shell's exit status once
 // leftovers reaped it.
 type procOS struct {
-	reaped bool
-	code   int
-	err    error
+	reaped  bool
+	code    int
+	err     error
+	scratch string // the sandbox's private temp dir (macOS), removed by close
 }
 
 // containAttr is the containment step of the spawn: the shell gets a
@@ -33,7 +34,7 @@ func containAttr(pl *plan, _ *int) (*syscall.SysProcAttr, []string, func(), erro
 func noCgroupSpawn(error) bool { return false }
 
 // contain records nothing: the tree is the shell's process group.
-func (p *process) contain(*plan) {}
+func (p *process) contain(pl *plan) { p.scratch = pl.scratch }
 
 // settle has nothing to prepare here.
 func (p *process) settle() {}
@@ -111,8 +112,13 @@ func (p *process) reap() (int, error) {
 	return p.code, p.err
 }
 
-// close does nothing: a process holds no descriptor here.
-func (p *process) close() {}
+// close removes the sandbox's private temp dir: a process holds no
+// descriptor here.
+func (p *process) close() {
+	if p.scratch != "" {
+		os.RemoveAll(p.scratch)
+	}
+}
 
 // liveMembers reports whether group pgid has members. Without /proc it
 // cannot tell zombies apart, so it counts one for any member; these

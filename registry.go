@@ -2,6 +2,7 @@ package bgjob
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -20,9 +21,14 @@ type Registry struct {
 	// defaultShell reports that Config.Shell was nil: a job's command
 	// line is {"/bin/sh", "-c", command} (Unix), which limitArgv knows.
 	defaultShell bool
-	key          [32]byte // keys the ID hash
-	jn           journal  // durable mode's records, or memJournal
-	cg           *cgroups // where jobs get their cgroups (Linux)
+	// defaultSandbox is Config.Sandbox with its paths resolved; sandbox
+	// the platform's enforcer, found and tried at the first sandboxed
+	// launch (at New with Config.Sandbox).
+	defaultSandbox *Sandbox
+	sandbox        *sandboxer
+	key            [32]byte // keys the ID hash
+	jn             journal  // durable mode's records, or memJournal
+	cg             *cgroups // where jobs get their cgroups (Linux)
 	// ctx is the context the Admitter gets. Close cancels it as soon as
 	// its own ctx ends with jobs still running (so that an Admitter that
 	// honours it lets go), and at the latest once every goroutine of the
@@ -206,20 +212,38 @@ func New(cfg Config) (*Registry, error) {
 		jn.close()
 		return nil, fmt.Errorf("bgjob: new: %w", p.err("Config", ErrInvalidConfig))
 	}
+	var sb *Sandbox
+	sbx := &sandboxer{}
+	if c.Sandbox != nil {
+		sb, err = sandboxPaths(c.Sandbox, "Config.Sandbox")
+		if err == nil {
+			err = sbx.ready(c.Bwrap)
+		}
+		if err != nil {
+			cg.close()
+			jn.close()
+			if !errors.Is(err, ErrUnsupported) {
+				err = fmt.Errorf("%w: %w", err, ErrInvalidConfig)
+			}
+			return nil, fmt.Errorf("bgjob: new: %w", err)
+		}
+	}
 	ctx, abort := context.WithCancel(context.Background())
 	r := &Registry{
-		cfg:          c,
-		defaultShell: cfg.Shell == nil,
-		key:          key,
-		jn:           jn,
-		cg:           cg,
-		ctx:          ctx,
-		abort:        abort,
-		now:          time.Now,
-		start:        startJob,
-		jobs:         make(map[ID]*job),
-		queues:       make(map[string][]queued),
-		queueWake:    make(map[string]chan struct{}),
+		cfg:            c,
+		defaultShell:   cfg.Shell == nil,
+		defaultSandbox: sb,
+		sandbox:        sbx,
+		key:            key,
+		jn:             jn,
+		cg:             cg,
+		ctx:            ctx,
+		abort:          abort,
+		now:            time.Now,
+		start:          startJob,
+		jobs:           make(map[ID]*job),
+		queues:         make(map[string][]queued),
+		queueWake:      make(map[string]chan struct{}),
 	}
 	adopted, err := jn.restore(r)
 	if err != nil {

@@ -33,10 +33,10 @@ func defaultShell() []string { return []string{"cmd.exe", "/d", "/s", "/c"} }
 func envKey(k string) string { return strings.ToUpper(k) }
 
 // startJob carries out pl: it starts pl's command line in a new console
-// process group inside a new Job Object (its containment), with pl's
-// directory and environment, its stdin as input and one pipe as both
-// stdout and stderr (its output). It returns the process and the parent's
-// end of that pipe.
+// process group inside a new Job Object (its containment, holding pl's
+// limits), with pl's directory and environment, its stdin as input and
+// one pipe as both stdout and stderr (its output). It returns the
+// process and the parent's end of that pipe.
 //
 // The shell is created suspended and assigned to the job before its
 // first instruction runs, so nothing it starts can escape the job.
@@ -98,13 +98,18 @@ func startJob(pl *plan) (_ *process, _ outputReader, err error) {
 			rd.Close()
 		}
 	}()
-	job, err := newJob()
+	// The limits are set on the job before the shell exists, so that
+	// no instruction of the job runs without them.
+	job, port, err := newJob(pl.limits)
 	if err != nil {
 		return nil, nil, fmt.Errorf("job object: %w", err)
 	}
 	defer func() {
 		if err != nil {
 			windows.CloseHandle(job) // kills the shell, if it was assigned
+			if port != 0 {
+				windows.CloseHandle(port)
+			}
 		}
 	}()
 
@@ -162,7 +167,7 @@ func startJob(pl *plan) (_ *process, _ outputReader, err error) {
 		windows.CloseHandle(pi.Process)
 		return nil, nil, fmt.Errorf("resume: %w", err)
 	}
-	p := &process{pid: int(pi.ProcessId), proc: pi.Process, job: job, console: console}
+	p := &process{pid: int(pi.ProcessId), proc: pi.Process, job: job, port: port, watched: port != 0, console: console}
 	return p, rd, nil
 }
 

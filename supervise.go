@@ -325,6 +325,7 @@ func (s *supervisor) end() {
 	}
 	o.exitCode = code
 	o.usage = p.usage()
+	o.sandboxed = j.spec.Sandbox != nil
 	if s.stopping {
 		o.state, o.exitCode, o.reason = s.cause.state, s.cause.exitCode, s.cause.reason
 	} else if o.state == Exited && code != 0 && !j.limits.IsZero() {

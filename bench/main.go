@@ -39,7 +39,7 @@ var (
 	quick = sizes{interactive: 200, spawn: 200, foreground: 200, capture: 64 << 20, captureRuns: 3, fanout: 200, retained: 1000, calls: 5000, coalesce: 200}
 )
 
-var workloads = []string{"spawn", "foreground", "capture", "fanout", "status", "coalesce", "interactive"}
+var workloads = []string{"spawn", "sandbox", "foreground", "capture", "fanout", "status", "coalesce", "interactive"}
 
 func main() {
 	var (
@@ -90,6 +90,14 @@ func main() {
 			argvTrue[0], argvTrue[0], s.argvLike.Round(100*time.Nanosecond), float64(s.argvBgjob)/float64(s.argvLike)))
 		notes = append(notes, fmt.Sprintf("spawn with Limits: %+v, set by the job's shell on itself (ulimit) before it evals the command; bgjob in its session %.2f× os/exec set up as bgjob runs a job, %.2f× bgjob without limits",
 			spawnLimits, float64(s.limited)/float64(s.like), float64(s.limited)/float64(s.session)))
+	})
+	step("sandbox", func() {
+		n := max(sz.spawn/5, 20)
+		s := runSandbox(n)
+		rows = append(rows, sandboxRows(s)...)
+		if s.err == "" {
+			notes = append(notes, fmt.Sprintf("sandbox: %d sequential runs of a sandboxed `true` each, interleaved; os/exec runs the same command line, set up as bgjob runs a job: %s", n, strings.Join(s.argv, " ")))
+		}
 	})
 	step("foreground", func() {
 		rows = append(rows, fgRows(runForeground(sz.foreground))...)

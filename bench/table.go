@@ -143,6 +143,7 @@ const (
 	spawnCgroupRatio = 1.15 // with a cgroup of its own
 	spawnArgsRatio   = 1.10 // Spec.Args (no shell) against os/exec of the same argv
 	spawnLimitsRatio = 1.15 // with Limits set on each process, in the job's session
+	sandboxRatio     = 1.10 // a sandboxed job against os/exec of the same bwrap command
 	fgMaxP99         = time.Millisecond
 	captureMinRatio  = 0.90
 	captureMaxRSSMiB = 48
@@ -198,6 +199,19 @@ func spawnRows(s spawnResult) []row {
 		unit:  fmtDur, target: fmt.Sprintf("≤ %.2f× os/exec", spawnLimitsRatio), check: relTo(spawnLimitsRatio, true),
 	}
 	return []row{session, cgroup, args, limits}
+}
+
+func sandboxRows(s sandboxResult) []row {
+	r := row{
+		workload: "1 spawn", metric: "start+wait sandboxed `true`, median",
+		cells: [nImpl]cell{dur(s.osExec), na, dur(s.bgjob)},
+		unit:  fmtDur, target: fmt.Sprintf("≤ %.2f× os/exec of the same bwrap", sandboxRatio), check: relTo(sandboxRatio, true),
+		note: s.err,
+	}
+	if s.err != "" {
+		r.cells = [nImpl]cell{na, na, na}
+	}
+	return []row{r}
 }
 
 func fgRows(f fgResult) []row {

@@ -6,7 +6,7 @@
 //
 //	mcpserver [-dir DIR] [-max-running N] [-progress-interval D] [-kill-grace D]
 //	          [-head-bytes N] [-tail-bytes N] [-state-dir DIR]
-//	          [-memory SIZE] [-pids N] [-cpu CORES] [-cpu-time D] [-v]
+//	          [-memory SIZE] [-pids N] [-cpu CORES] [-cpu-time D] [-sandbox] [-v]
 //
 // See README.md for the tools and how to register the server with a client.
 package main
@@ -56,6 +56,7 @@ func run(args []string) int {
 	fs.IntVar(&opts.Limits.Processes, "pids", 0, "most live processes each job may have at once (needs a cgroup v2 pids controller; 0: no limit)")
 	fs.Float64Var(&opts.Limits.CPU, "cpu", 0, "most CPU cores each job may use, such as 1.5 (needs a cgroup v2 cpu controller; 0: no limit)")
 	fs.DurationVar(&opts.Limits.CPUTime, "cpu-time", 0, "most CPU time each process of a job may use (0: no limit)")
+	fs.BoolVar(&opts.Sandbox, "sandbox", false, "run every job in a sandbox (bubblewrap on Linux): it may write the -dir jail (or its cwd) and a private /tmp, read the rest, and reach no network")
 	verbose := fs.Bool("v", false, "log the server's diagnostics to stderr")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -71,6 +72,9 @@ func run(args []string) int {
 
 	srv, err := New(opts)
 	switch {
+	case errors.Is(err, bgjob.ErrUnsupported) && opts.Sandbox && strings.Contains(err.Error(), "sandbox"):
+		fmt.Fprintf(os.Stderr, "mcpserver: -sandbox: %v\n", err)
+		return 2
 	case errors.Is(err, bgjob.ErrUnsupported) && !opts.Limits.IsZero():
 		fmt.Fprintf(os.Stderr, "mcpserver: these limits cannot be enforced here: %v\n", err)
 		return 2

@@ -57,6 +57,13 @@ type Options struct {
 	HeadBytes int
 	TailBytes int
 
+	// Sandbox runs every job in bgjob's sandbox (bubblewrap on Linux):
+	// it may write the jail (Jail, else its own working directory) and a
+	// private temp dir, read the rest of the filesystem, and reach no
+	// network. New fails, with an error wrapping bgjob.ErrUnsupported,
+	// where the sandbox cannot be made.
+	Sandbox bool
+
 	// Limits bound what each job may use: memory, live processes, CPU
 	// cores and the rest of bgjob.Limits. New fails, with an error
 	// wrapping bgjob.ErrUnsupported, if this host cannot enforce them
@@ -148,7 +155,13 @@ func New(opts Options) (*Server, error) {
 		}
 		s.jail = jail
 		cfg.Dir = jail
+		if opts.Sandbox {
+			cfg.Sandbox = &bgjob.Sandbox{Writable: []string{jail}}
+		}
 		cfg.Guard = s.guard
+	}
+	if opts.Sandbox && cfg.Sandbox == nil {
+		cfg.Sandbox = &bgjob.Sandbox{} // each job's working directory is writable
 	}
 	reg, err := bgjob.New(cfg)
 	if err != nil {

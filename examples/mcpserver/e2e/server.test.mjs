@@ -7,6 +7,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, mkdirSync, readFileSync, realpathSync, rmSync, symlinkSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -398,5 +399,42 @@ test('shows a full-screen program\'s redraws', async () => {
     assert.match(done.output, /bye\n$/);
   } finally {
     await s.close();
+  }
+});
+
+test('-sandbox: a write outside the jail and a network connection fail, and work without it', async (t) => {
+  // A server on the host's loopback for the job to reach.
+  const server = createServer((c) => c.end('hello\n'));
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address();
+  const outside = join(tmp, 'outside', 'written');
+  const write = { command: `echo x > ${outside}` };
+  const connect = { command: `bash -c 'exec 3<>/dev/tcp/127.0.0.1/${port} && head -n1 <&3'` };
+  const inside = { command: 'echo kept > in-jail && cat in-jail' };
+  try {
+    const off = await start();
+    try {
+      assert.equal((await off.ok('shell', write)).structuredContent.exit_code, 0);
+      assert.ok(existsSync(outside), 'without the sandbox the write lands');
+      rmSync(outside);
+      assert.equal((await off.ok('shell', connect)).structuredContent.output, 'hello\n');
+    } finally {
+      await off.close();
+    }
+    const on = await start(['-sandbox']);
+    try {
+      const w = (await on.ok('shell', write)).structuredContent;
+      assert.notEqual(w.exit_code, 0, `sandboxed write outside the jail: ${w.output}`);
+      assert.ok(!existsSync(outside), 'the sandboxed write must not reach the host');
+      const c = (await on.ok('shell', connect)).structuredContent;
+      assert.notEqual(c.exit_code, 0, `sandboxed connection: ${c.output}`);
+      assert.doesNotMatch(c.output, /hello/);
+      const i = (await on.ok('shell', inside)).structuredContent;
+      assert.equal(i.output, 'kept\n', 'the jail stays writable');
+    } finally {
+      await on.close();
+    }
+  } finally {
+    server.close();
   }
 });
