@@ -25,15 +25,32 @@
 //		io.Copy(os.Stdout, jobs.Follow(ctx, res.ID, 0))
 //	}
 //
-// bgjob does not give a job a terminal (PTY) or take input after the
-// start, and it runs jobs on this machine only (a Config.Launcher may run
-// them elsewhere).
+// bgjob runs jobs on this machine only (a Config.Launcher may run them
+// elsewhere).
 //
 // Hooks ([Admitter], [Telemetry], [Config.OnComplete], [Config.Guard]) may
 // call back into the registry, on any job, their own included, without a
 // deadlock: a wait from a hook waits for the job to finish, not for its
 // hooks, and a JobStarted hook that waits for its own job supervises it
 // to its end right there.
+//
+// # Interactive jobs
+//
+// A job launched with [Spec.Interactive] keeps its standard input open:
+// [Registry.Write] sends it bytes (waiting only while its pipe is full,
+// as long as the call's ctx allows) and [Registry.CloseInput] sends end
+// of file; a prompt, a REPL or cat can be driven to its end. With
+// [Spec.TTY] the job runs on a pseudo-terminal of its own, its
+// controlling terminal, so programs behave as for a person at a
+// terminal: Write("\x03") interrupts the foreground process group as
+// Ctrl-C does, [Registry.Resize] changes the size (SIGWINCH), and
+// [Registry.Screen] renders the screen (rows and cursor) through a
+// terminal emulator, for top, less or a progress bar. A TTY job's
+// [Output.Text] is its stream with escape sequences removed, while
+// [Registry.Read] serves the raw stream; both, and the screen, pass the
+// Admitter. Interactive launches never coalesce: each is a conversation
+// of its own. Errors say when a job takes no input ([ErrNotInteractive])
+// or no longer does ([ErrInputClosed]).
 //
 // # Limits and usage
 //
@@ -76,6 +93,11 @@
 // timeouts, Cancel, coalescing, admission, completions) is the same as in
 // memory. The job's shell runs under a wrapper /bin/sh, so its PID is
 // the wrapper's; the environment and stdin are never written to disk.
+// An interactive job reads a named pipe in its folder, held open by a
+// small holder process, so a host that adopts it after a restart (or a
+// crash) writes on, and CloseInput still ends it. TTY jobs are refused
+// in durable mode with ErrUnsupported: a terminal lives in the host and
+// would not survive its restart.
 //
 // # Jobs and IDs
 //
@@ -113,7 +135,13 @@
 // report is due, so a short foreground job starts no goroutine at all
 // (OnProgress is never called while it does; the hooks of the job's end
 // are, as they would be in the job's own goroutine). The registry starts
-// no other goroutine (Close starts one while it waits).
+// no other goroutine (Close starts one while it waits), but for an
+// interactive job whose Spec.Stdin does not fit into its input at once:
+// a goroutine writes the rest, and ends when it is written or the input
+// closes. A Write that waits for a full input waits in the runtime's
+// poller, holding no thread. A TTY job's screen is rendered by the
+// Screen call itself, from the output that came since the last one, so
+// a job nobody looks at costs nothing.
 // Hooks (Admitter, Telemetry, OnComplete, Guard) are never called under
 // the registry's lock; they may run concurrently with each other.
 //
@@ -184,6 +212,11 @@
 // nothing; [Config.Subreaper] makes the host reap its jobs' orphans. On
 // other Unix systems a kqueue reports the exit and the group is checked
 // with kill(-pgid, 0).
+//
+// TTY jobs run on a Linux pseudo-terminal (opened through x/sys/unix)
+// and, on Windows, on a pseudo console (ConPTY, Windows 10 1809 and
+// later); on other Unix systems a TTY launch fails with ErrUnsupported.
+// Interactive pipes work everywhere.
 //
 // On Windows each job runs in a Job Object with kill-on-close, which
 // also holds its [Limits], created suspended and resumed once assigned,

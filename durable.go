@@ -28,12 +28,14 @@ import (
 //	    record.json             keyed hash of the session, never its name
 //	    output                  the job's stdout and stderr, written by it
 //	    exit                    the shell's status, written by the wrapper
+//	    input                   an interactive job's stdin: a FIFO (durable_io_linux.go)
 //	quarantine/                 run folders whose record could not be read
 //
 // Folders are 0700 and files 0600.
 const (
 	recordFile    = "record.json"
 	outputFile    = "output"
+	inputFile     = "input" // an interactive job's FIFO
 	markerFile    = "exit"
 	idKeyFile     = "idkey"
 	lockFile      = "lock"
@@ -88,8 +90,15 @@ type record struct {
 	// KeeperPID and KeeperStart name the job's keeper (see
 	// durable_io_linux.go), which copies its output to the file once
 	// no host does.
-	KeeperPID   int       `json:"keeper_pid,omitempty"`
-	KeeperStart uint64    `json:"keeper_start,omitempty"`
+	KeeperPID   int    `json:"keeper_pid,omitempty"`
+	KeeperStart uint64 `json:"keeper_start,omitempty"`
+	// Interactive: the job reads the run folder's FIFO (inputFile),
+	// held open by the holder HolderPID (started at HolderStart) until
+	// CloseInput, which sets InputClosed.
+	Interactive bool      `json:"interactive,omitempty"`
+	HolderPID   int       `json:"holder_pid,omitempty"`
+	HolderStart uint64    `json:"holder_start,omitempty"`
+	InputClosed bool      `json:"input_closed,omitempty"`
 	Started     time.Time `json:"started"`
 	Ended       time.Time `json:"ended,omitzero"`
 	Reason      rawText   `json:"reason,omitempty"`
@@ -464,6 +473,7 @@ func (st *store) launching(j *job) error {
 		Version: recordVersion, ID: j.id, Gen: j.gen, Session: rawText(j.spec.Session),
 		Command: rawText(j.spec.Command), Args: rawTexts(j.spec.Args), Dir: rawText(j.spec.Dir), Timeout: j.timeout, IdleTimeout: j.spec.IdleTimeout,
 		State: stateStarting, ExitCode: exitUnknown, Started: j.started, Pollable: true,
+		Interactive: j.spec.Interactive,
 	}
 	if !j.limits.IsZero() {
 		l := j.limits
@@ -505,6 +515,12 @@ func (st *store) wrap(j *job, pl *plan) error {
 		return fmt.Errorf("exit marker: %w", err)
 	}
 	pl.output = outputPlan{file: filepath.Join(rr.dir, outputFile), lim: st.lim, lifeline: st.lifeR, log: st.log}
+	if j.spec.Interactive {
+		pl.input.fifo = filepath.Join(rr.dir, inputFile)
+		if err := makeFIFO(pl.input.fifo); err != nil {
+			return fmt.Errorf("input: %w", err)
+		}
+	}
 	pl.argv = wrapArgv(rr.dir, pl.argv)
 	return nil
 }
@@ -530,6 +546,10 @@ func (st *store) started(j *job, p *process) {
 	if k := p.keeperOf(); k > 0 {
 		rr.rec.KeeperPID = k
 		rr.rec.KeeperStart, _, _ = procStart(k)
+	}
+	if h := p.holderOf(); h > 0 {
+		rr.rec.HolderPID = h
+		rr.rec.HolderStart, _, _ = procStart(h)
 	}
 	st.writeLocked(rr)
 }
@@ -575,6 +595,20 @@ func (st *store) delivered(j *job) {
 		return
 	}
 	st.writeLocked(rr)
+}
+
+// inputClosed records that CloseInput closed j's input.
+func (st *store) inputClosed(j *job) {
+	rr := st.get(j)
+	if rr == nil {
+		return
+	}
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	if !rr.rec.InputClosed {
+		rr.rec.InputClosed = true
+		st.writeLocked(rr)
+	}
 }
 
 // forgottenLocked queues j for the next purge.
@@ -683,6 +717,13 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 				state: Running, exitCode: exitUnknown, pid: rec.PID,
 			}
 			j.spec.Timeout = rec.Timeout
+			if rec.Interactive {
+				// Its input, closed unless adoption opens it again.
+				j.spec.Interactive = true
+				j.in = newInput(false)
+				j.in.markClosed(inputByEnd)
+				j.in.attach(nil, nil)
+			}
 			if rec.Limits != nil {
 				j.limits = *rec.Limits
 			}
@@ -702,6 +743,14 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 					p, rd, err := adoptProcess(rec, run, j.exited.Load, st.lim, r.cg, st.watch)
 					if err != nil && err != errGone {
 						return nil, fmt.Errorf("adopt %s (process %d): %w", rec.ID, rec.PID, err)
+					}
+					if err == nil && rec.Interactive {
+						err = adoptJobInput(j, p, rec, run)
+						if err != nil {
+							rd.Close()
+							p.close()
+							return nil, fmt.Errorf("adopt %s (process %d): %w", rec.ID, rec.PID, err)
+						}
 					}
 					if err == nil {
 						j.out = newOutbuf(r.cfg.HeadBytes, r.cfg.TailBytes)
@@ -813,6 +862,34 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 	}
 	r.cg.clearExcept(keep)
 	return adopted, nil
+}
+
+// adoptJobInput gives an adopted interactive job its input again: the
+// host's end of its FIFO, and the holder that keeps it open; a job whose
+// input was closed (by CloseInput, or by the job) gets a closed one.
+func adoptJobInput(j *job, p *process, rec *record, run string) error {
+	j.in = newInput(false)
+	if rec.InputClosed {
+		j.in.markClosed(inputByHost)
+		j.in.attach(nil, nil)
+		return nil
+	}
+	conn, h, err := adoptInput(rec, run)
+	if err != nil {
+		return fmt.Errorf("input: %w", err)
+	}
+	p.holdInput(&inputPlan{holder: h})
+	if conn == nil {
+		j.in.markClosed(inputByJob)
+		j.in.attach(nil, nil)
+		return nil
+	}
+	var onEOF func() error
+	if h != nil {
+		onEOF = h.letGo
+	}
+	j.in.attach(conn, onEOF)
+	return nil
 }
 
 // rebuild makes a replayed job's final output from its output file: the

@@ -16,7 +16,9 @@ import (
 // filled, then renamed) and exits with it, so a job that ends while the
 // host is down still records how it ended. Everything the wrapper runs
 // comes to it as arguments ("$1" the run folder, then the shell's argv),
-// so nothing is quoted into the script. The wrapper catches SIGTERM,
+// so nothing is quoted into the script. An interactive job's wrapper
+// also holds, as descriptor 4, the life pipe of its input's holder
+// (durable_io_linux.go), which the job's shell does not get. The wrapper catches SIGTERM,
 // SIGINT and SIGHUP with a no-op trap so that a polite group signal
 // reaches the shell and the marker still gets written (a caught signal,
 // unlike an ignored one, goes back to its default in the programs the
@@ -29,7 +31,7 @@ const wrapperScript = `trap : HUP INT TERM
 d=$1
 shift
 exec 3>&2 2>/dev/null
-` + wrapperShell + ` -c 'exec "$@" 2>&3 3>&-' sh "$@"
+` + wrapperShell + ` -c 'exec "$@" 2>&3 3>&- 4>&-' sh "$@"
 s=$?
 echo "$s" 1<>"$d/exit.tmp" && command -p mv -f "$d/exit.tmp" "$d/exit"
 exit "$s"`

@@ -42,3 +42,7 @@ func lockStateDir(string) (*os.File, error) { return nil, ErrUnsupported }
 func unlockStateDir(f *os.File) { f.Close() }
 
 func stopMarked(*record) int { return 0 }
+
+func adoptInput(*record, string) (inputConn, *keeper, error) { return nil, nil, ErrUnsupported }
+
+func makeFIFO(string) error { return ErrUnsupported }

@@ -32,8 +32,9 @@ var (
 	// ErrUnsupported: the feature is not available on this platform or
 	// in this configuration. Returned by New and Detach, and by Start and
 	// RunForeground for limits or a sandbox this host cannot enforce
-	// (the message names the field and what is missing), before any
-	// process starts.
+	// (the message names the field and what is missing), and for
+	// Spec.TTY in durable mode or where there are no pseudo-terminals,
+	// before any process starts.
 	ErrUnsupported = errors.New("bgjob: unsupported")
 
 	// ErrInvalidConfig: a Config field is malformed; the message names
@@ -49,8 +50,9 @@ var (
 	// ErrInvalidArgument: an argument other than a Spec is out of range,
 	// such as a negative offset, or an offset inside a line of text that
 	// the Admitter rewrote (continue from Chunk.Next); the message names
-	// it. Returned by Read, ReadWait and a Follow reader's Read, and by
-	// Wait called from the job's own Admitter as the job ends.
+	// it. Returned by Read, ReadWait and a Follow reader's Read, by
+	// Resize for a zero size, and by Wait called from the job's own
+	// Admitter as the job ends.
 	ErrInvalidArgument = errors.New("bgjob: invalid argument")
 
 	// ErrSpawn: the job never ran: its process could not be started (a
@@ -61,4 +63,15 @@ var (
 	// and RunForeground return the job's snapshot with a nil error, since
 	// a job was launched and can be polled: check s.Err() too.
 	ErrSpawn = errors.New("bgjob: job never ran")
+
+	// ErrInputClosed: the job's input is closed: by CloseInput, by the
+	// job's end, or by the job itself (it closed its end of the pipe).
+	// Returned by Write and CloseInput (of a Registry or a Session).
+	ErrInputClosed = errors.New("bgjob: input closed")
+
+	// ErrNotInteractive: the job was not launched with Spec.Interactive
+	// (for Write and CloseInput) or Spec.TTY (for Resize and Screen).
+	// Returned by Write, CloseInput, Resize and Screen (of a Registry or
+	// a Session).
+	ErrNotInteractive = errors.New("bgjob: job not interactive")
 )

@@ -60,9 +60,10 @@ type Spec struct {
 	// '=' nor NUL; values must not hold NUL.
 	Env map[string]string
 
-	// Stdin is written to the job's standard input, which is then closed.
-	// If Stdin is empty the job reads an empty input; it never reads the
-	// host's standard input.
+	// Stdin is written to the job's standard input, which is then closed
+	// (for an Interactive job, it is written first and the input stays
+	// open). If Stdin is empty the job reads an empty input; it never
+	// reads the host's standard input.
 	Stdin string
 
 	// Timeout limits the job's wall-clock time from its start. If Timeout
@@ -96,6 +97,62 @@ type Spec struct {
 	// this host cannot enforce fails before any process starts, with
 	// ErrUnsupported; a bad path fails with ErrInvalidSpec naming it.
 	Sandbox *Sandbox
+
+	// Interactive keeps the job's standard input open after Stdin: the
+	// host writes to it with [Registry.Write] and ends it with
+	// [Registry.CloseInput] (the job then reads EOF). The input also
+	// closes when the job ends. An interactive launch never joins a
+	// running job, nor is joined: each launch is a conversation of its
+	// own (as if Unique were set).
+	Interactive bool
+
+	// TTY, if not nil, runs the job under a pseudo-terminal of this size
+	// (see [TTY]), and implies Interactive: the job's stdin, stdout and
+	// stderr are the terminal, which is its controlling terminal, so
+	// programs behave as they do for a person at a terminal (prompts,
+	// colours, line editing, full-screen programs). The terminal's line
+	// discipline is in the way of what is written and read: Write("\x03")
+	// interrupts the job's foreground process group as Ctrl-C does, what
+	// is written is echoed, and "\n" comes out as "\r\n". The job
+	// stays in its own session and containment. Output.Text of a TTY
+	// job is its stream with terminal escape sequences removed, Read
+	// still serves the raw stream, and [Registry.Screen] renders the
+	// screen. A TTY job gets TERM=xterm-256color unless Env sets TERM.
+	//
+	// On Windows the terminal is a pseudo console (ConPTY). In durable
+	// mode, and on Unix systems other than Linux, a TTY launch fails
+	// with ErrUnsupported before any process starts: the terminal lives
+	// in the host, and would not survive its restart.
+	TTY *TTY
+}
+
+// TTY is the size of a job's terminal (see Spec.TTY). A zero Rows is 24,
+// a zero Cols 80.
+type TTY struct {
+	Rows, Cols uint16
+}
+
+// Screen is what a TTY job's terminal shows, as [Registry.Screen]
+// renders it.
+type Screen struct {
+	// Rows holds the visible screen, one string per row, top first,
+	// without trailing blanks. Its length is the terminal's height,
+	// unless the Admitter changed the number of lines.
+	Rows []string `json:"rows"`
+
+	// CursorRow and CursorCol are the cursor's position, counted from
+	// 0 at the top left.
+	CursorRow int `json:"cursor_row"`
+	CursorCol int `json:"cursor_col"`
+
+	// Withheld reports that the Admitter withheld the screen's text;
+	// Rows is then nil.
+	Withheld bool `json:"withheld,omitempty"`
+
+	// Notice is a content-free remark: the Admitter's, or that the
+	// screen was rebuilt from the latest output only (see
+	// Registry.Screen).
+	Notice string `json:"notice,omitempty"`
 }
 
 // State is the lifecycle state of a job. A job is Running until it reaches

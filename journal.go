@@ -44,6 +44,10 @@ type journal interface {
 	// Completions or passed to OnComplete), so that it never is again.
 	delivered(j *job)
 
+	// inputClosed records that CloseInput closed j's input, so that a
+	// later Registry that adopts the job knows.
+	inputClosed(j *job)
+
 	// forgottenLocked notes that the registry forgot j (evicted, replaced
 	// by a new run, or collected by its last foreground caller); the
 	// next purge lets go of its record, unless its completion is owed.
@@ -84,6 +88,7 @@ func (memJournal) launching(*job) error                  { return nil }
 func (memJournal) wrap(*job, *plan) error                { return nil }
 func (memJournal) started(*job, *process)                {}
 func (memJournal) delivered(*job)                        {}
+func (memJournal) inputClosed(*job)                      {}
 func (memJournal) forgottenLocked(*job)                  {}
 func (memJournal) purge()                                {}
 func (memJournal) close()                                {}

@@ -44,7 +44,7 @@ type plan struct {
 	env  []string
 
 	// The job's input and output.
-	stdin  string     // written to the job's standard input, then EOF
+	input  inputPlan  // what it reads: Spec.Stdin, then EOF or the host's writes
 	output outputPlan // where its stdout and stderr go
 
 	// Its containment: on Linux a cgroup of its own (cg, made in cgs's
@@ -265,6 +265,16 @@ func (r *Registry) prepare(spec Spec) (Spec, ID, time.Duration, error) {
 		}
 	}
 	spec.Sandbox = sb
+	if spec.TTY != nil {
+		if err := r.ttyCheck(); err != nil {
+			return Spec{}, "", 0, fmt.Errorf("Spec.TTY: %w", err)
+		}
+		t := *spec.TTY
+		spec.TTY, spec.Interactive = &t, true
+	}
+	if spec.Interactive {
+		spec.Unique = true // each launch is a conversation of its own
+	}
 	spec.Dir = dir
 	spec.Env = maps.Clone(spec.Env)
 	timeout := spec.Timeout
@@ -281,15 +291,29 @@ func (r *Registry) newJob(spec Spec, id ID, timeout time.Duration) *job {
 		spec.Command = quoteArgs(spec.Args)
 	}
 	env := r.cfg.Env // never written to: jobs without Spec.Env share it
-	if len(spec.Env) > 0 {
-		extra := make([]string, 0, len(spec.Env))
+	_, term := spec.Env["TERM"]
+	if len(spec.Env) > 0 || spec.TTY != nil && !term {
+		extra := make([]string, 0, len(spec.Env)+1)
+		if spec.TTY != nil && !term {
+			extra = append(extra, "TERM="+ttyTerm)
+		}
 		for k, v := range spec.Env {
 			extra = append(extra, k+"="+v)
 		}
 		slices.Sort(extra)
 		env = mergeEnv(r.cfg.Env, extra)
 	}
+	var in *input
+	var scr *screen
+	if spec.Interactive {
+		in = newInput(spec.TTY != nil)
+	}
+	if spec.TTY != nil {
+		scr = newScreen(spec.TTY)
+	}
 	return &job{
+		in:       in,
+		scr:      scr,
 		id:       id,
 		spec:     spec,
 		timeout:  timeout,
@@ -304,6 +328,20 @@ func (r *Registry) newJob(spec Spec, id ID, timeout time.Duration) *job {
 		exitCode: exitUnknown,
 		out:      newOutbuf(r.cfg.HeadBytes, r.cfg.TailBytes),
 	}
+}
+
+// ttyTerm is the TERM of a TTY job: what the screen's emulator
+// understands.
+const ttyTerm = "xterm-256color"
+
+// ttyCheck refuses Spec.TTY where there is no terminal for it: on a
+// system without PTY support here, and in durable mode, where a job
+// must outlive its host and its terminal could not.
+func (r *Registry) ttyCheck() error {
+	if r.cfg.StateDir != "" {
+		return fmt.Errorf("a terminal lives in the host and would not survive its restart, so durable mode (Config.StateDir) has none: %w", ErrUnsupported)
+	}
+	return ttySupported()
 }
 
 // specError is the error for a bad Spec field.
@@ -409,6 +447,12 @@ func (r *Registry) spawn(j *job) *supervisor {
 		r.giveBack(&pl)
 		return end(outcome{state: Failed, exitCode: exitUnknown, reason: "spawn: " + err.Error()})
 	}
+	if j.in != nil {
+		// Write, CloseInput and Resize reach the job from now on; a
+		// long Spec.Stdin goes first.
+		j.in.attach(pl.input.conn, pl.input.onEOF)
+		j.in.prime(r, j.spec.Stdin)
+	}
 	r.jn.started(j, p)
 	j.watchUsage(p)
 	kind, _ := p.containment()
@@ -445,7 +489,8 @@ func (r *Registry) plan(j *job) (plan, error) {
 		argv = make([]string, 0, len(r.cfg.Shell)+1)
 		argv = append(append(append(argv, shell), r.cfg.Shell[1:]...), j.spec.Command)
 	}
-	pl := plan{argv: argv, args: len(j.spec.Args) > 0, dir: j.spec.Dir, env: j.env, stdin: j.spec.Stdin, cgs: r.cg, limits: j.limits}
+	pl := plan{argv: argv, args: len(j.spec.Args) > 0, dir: j.spec.Dir, env: j.env, cgs: r.cg, limits: j.limits,
+		input: inputPlan{data: j.spec.Stdin, interactive: j.spec.Interactive, tty: j.spec.TTY}}
 	if err := r.cg.place(j, &pl); err != nil {
 		return plan{}, err
 	}

@@ -105,6 +105,9 @@ func helper(args []string) int {
 				spinSink += i
 			}
 		}
+	case "hold": // hold: say "holding", then wait forever (SIGINT's default action ends it)
+		fmt.Println("holding")
+		select {}
 	case "sleep": // sleep MS
 		time.Sleep(time.Duration(arg(1)) * time.Millisecond)
 		return 0

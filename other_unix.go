@@ -44,8 +44,20 @@ type keeper struct{}
 
 func (*keeper) stop() {}
 
+// letGo: there is no holder here.
+func (*keeper) letGo() error { return nil }
+
 // keep: durable mode is unsupported here.
 func (p *process) keep(*keeper) {}
+
+// holderOf returns 0: durable mode is unsupported here.
+func (p *process) holderOf() int { return 0 }
+
+// holdInput: durable mode is unsupported here.
+func (p *process) holdInput(*inputPlan) {}
+
+// openFIFO: durable mode is unsupported here.
+func openFIFO(*inputPlan) (int, error) { return -1, ErrUnsupported }
 
 // keeperOf returns 0: durable mode is unsupported here.
 func (p *process) keeperOf() int { return 0 }

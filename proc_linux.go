@@ -46,6 +46,7 @@ type procOS struct {
 	forks     uint64  // the system's count of created tasks as the job started (0: unknown)
 	reaped    bool    // the shell was reaped: its PID may be reused
 	keeper    *keeper // durable mode: the keeper of the job's output
+	holder    *keeper // durable mode: the holder of an interactive job's input
 	// seen holds a pidfd of each member seen while the job ends, and
 	// sessions the sessions they were in: a process once seen stays in
 	// the tree until it exits, even if it can no longer be recognised
@@ -187,6 +188,18 @@ func (p *process) watchPidfd(pidfd int, poll bool) {
 // keep gives p the keeper of its output, if it has one.
 func (p *process) keep(k *keeper) { p.keeper = k }
 
+// holdInput gives p the holder of its input, if it has one (durable
+// mode), to be reaped at its end.
+func (p *process) holdInput(in *inputPlan) { p.holder = in.holder }
+
+// holderOf returns the PID of p's input holder, or 0.
+func (p *process) holderOf() int {
+	if p.holder == nil {
+		return 0
+	}
+	return p.holder.pid
+}
+
 // keeperOf returns the PID of p's keeper, or 0.
 func (p *process) keeperOf() int {
 	if p.keeper == nil {
@@ -232,6 +245,16 @@ func (p *process) close() {
 		k.reap(false) // it has exited: the reader waited for it
 	default:
 		k.stop()
+	}
+
+	// The input's holder ends with the job's wrapper; a released job
+	// keeps it.
+	switch h := p.holder; {
+	case h == nil:
+	case !p.reaped:
+		h.reap(false)
+	default:
+		h.stop()
 	}
 
 	for _, f := range p.seen {

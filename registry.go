@@ -101,9 +101,14 @@ type job struct {
 	limits  Limits        // the effective limits: Spec.Limits over Config.Limits
 	env     []string      // the whole environment
 	started time.Time
-	over    chan struct{} // closed by finish once the job has finished, before its hooks run
-	done    chan struct{} // closed by finish once the job has finished and its hooks have run
-	wake    chan struct{} // a poke for a supervisor that waits after its pipe's EOF
+	// in is an interactive job's input (Spec.Interactive or TTY), and
+	// scr a TTY job's screen; nil for other jobs. Each is safe for
+	// concurrent use.
+	in   *input
+	scr  *screen
+	over chan struct{} // closed by finish once the job has finished, before its hooks run
+	done chan struct{} // closed by finish once the job has finished and its hooks have run
+	wake chan struct{} // a poke for a supervisor that waits after its pipe's EOF
 
 	// Requests to the supervisor. stopReq is set by Cancel, Close or
 	// Detach, whichever comes first (never reset); force by Close when

@@ -32,7 +32,9 @@ import (
 // megabytes, leave grandchildren (some ignoring SIGTERM) or ignore SIGTERM
 // themselves; the calls of issue #20 are mixed in too (ReadWait, Follow,
 // NextCompletion, launches and lookups through Session views, which must
-// never reach another session's job; stress_views_unix_test.go). Then it
+// never reach another session's job; stress_views_unix_test.go), and so
+// are conversations with interactive and TTY jobs (Write, CloseInput,
+// Resize, Screen, each checked exactly; stress_input_unix_test.go). Then it
 // closes both registries while the goroutines still
 // run and checks, over every execution: the state, exit code and byte
 // count its Telemetry event reports; one Completion per pollable run,
@@ -125,6 +127,7 @@ type stress struct {
 	}
 	tokens atomic.Int64 // the last escape token handed out
 	fh     firstHourCounts
+	cv     conversationCounts
 }
 
 func newStress(t *testing.T, seed uint64) *stress {
@@ -311,6 +314,9 @@ func (st *stress) checkSnap(op string, ss *stressSpec, s bgjob.Snapshot) {
 		st.fail("%s: snapshot of unknown job %s", op, s.ID)
 		return
 	}
+	if ss.kind == kindConversation {
+		return // its worker checks it exactly (stress_input_unix_test.go)
+	}
 	if !s.State.Done() {
 		if s.State != bgjob.Running || s.ExitCode != -1 || !s.Ended.IsZero() || s.Output.Total > ss.n {
 			st.fail("%s: running %s job %s: state %v exit %d ended %v total %d (of %d)", op, kindNames[ss.kind], s.ID, s.State, s.ExitCode, s.Ended, s.Output.Total, ss.n)
@@ -379,7 +385,9 @@ func (st *stress) walk(reg *stressReg, ss *stressSpec, id bgjob.ID) {
 func (st *stress) worker(rng *rand.Rand, stop *atomic.Bool) {
 	ctx := context.Background()
 	for !stop.Load() {
-		switch p := rng.IntN(112); {
+		switch p := rng.IntN(118); {
+		case p >= 112: // conversations: Write, CloseInput, Resize, Screen
+			st.conversation(rng)
 		case p >= 100: // ReadWait, Follow, NextCompletion, Session views
 			st.firstHour(rng, p-100)
 		case p < 22: // Start, sometimes waiting for the end
@@ -755,6 +763,7 @@ func (st *stress) verify() {
 	t.Logf("first hour: %d ReadWait (%d timed out), %d Follow (%d to EOF, %d timed out, %d bytes checked), %d NextCompletion (%d timed out), %d view lookups (%d of another session, all not found), %d view launches",
 		st.fh.readWaits.Load(), st.fh.readWaitOut.Load(), st.fh.follows.Load(), st.fh.followEOF.Load(), st.fh.followOut.Load(), st.fh.followBytes.Load(),
 		st.fh.nexts.Load(), st.fh.nextOut.Load(), st.fh.views.Load(), st.fh.viewMisses.Load(), st.fh.viewLaunches.Load())
+	st.logConversations()
 	if st.failures.Load() > 30 {
 		t.Errorf("%d failures in all (the first 30 shown)", st.failures.Load())
 	}

@@ -272,6 +272,11 @@ func (s *supervisor) end() {
 		// output and the process, and leave the job unfinished.
 		j.rd.Store(nil)
 		rd.Close()
+		if j.in != nil {
+			// The host's end of its input goes; in durable mode the
+			// holder keeps it open for the next host.
+			j.in.end()
+		}
 		p.unwatch()
 		<-s.waited
 		j.watchUsage(nil)

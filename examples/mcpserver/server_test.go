@@ -241,7 +241,7 @@ func TestToolsListed(t *testing.T) {
 	for _, tool := range res.Tools {
 		got[tool.Name] = tool
 	}
-	for _, name := range []string{"shell", "shell_status", "shell_wait", "shell_cancel", "shell_list"} {
+	for _, name := range []string{"shell", "shell_status", "shell_write", "shell_wait", "shell_cancel", "shell_list"} {
 		tool := got[name]
 		if tool == nil {
 			t.Errorf("tool %s: missing", name)
@@ -251,11 +251,11 @@ func TestToolsListed(t *testing.T) {
 			t.Errorf("tool %s: got input schema %v, output schema %v, description %q; want all set", name, tool.InputSchema != nil, tool.OutputSchema != nil, tool.Description)
 		}
 	}
-	if len(res.Tools) != 5 {
-		t.Errorf("got %d tools; want 5", len(res.Tools))
+	if len(res.Tools) != 6 {
+		t.Errorf("got %d tools; want 6", len(res.Tools))
 	}
 	schema, _ := json.Marshal(got["shell"].InputSchema)
-	for _, prop := range []string{"command", "cwd", "timeout_ms", "idle_timeout_ms", "wait_ms", "background", "stdin"} {
+	for _, prop := range []string{"command", "cwd", "timeout_ms", "idle_timeout_ms", "wait_ms", "background", "stdin", "interactive", "tty", "rows", "cols"} {
 		if !strings.Contains(string(schema), `"`+prop+`"`) {
 			t.Errorf("shell input schema %s: no property %s", schema, prop)
 		}
@@ -766,5 +766,61 @@ func TestParseSize(t *testing.T) {
 		if _, err := parseSize(in); err == nil {
 			t.Errorf("parseSize(%q): no error", in)
 		}
+	}
+}
+
+// A prompt answered through shell_write, then EOF.
+func TestShellWriteAnswersAPrompt(t *testing.T) {
+	srv := newTestServer(t, Options{})
+	c := connect(t, srv)
+	var out ShellOutput
+	c.mustCall("shell", map[string]any{"command": `printf 'name? '; read name; echo "hello, $name"; cat`, "interactive": true}, &out)
+	if !out.Detached || !out.Interactive || out.Output != "name? " {
+		t.Fatalf("shell: detached %v, interactive %v, output %q; want a detached interactive job showing its prompt", out.Detached, out.Interactive, out.Output)
+	}
+	var w WriteOutput
+	c.mustCall("shell_write", map[string]any{"job_id": out.JobID, "text": "bob", "keys": []string{"enter"}}, &w)
+	if w.Written != 4 || w.Output != "hello, bob\n" || w.State != "running" {
+		t.Errorf("shell_write: wrote %d, output %q, state %s; want 4, %q, running", w.Written, w.Output, w.State, "hello, bob\n")
+	}
+	c.mustCall("shell_write", map[string]any{"job_id": out.JobID, "text": "last\n", "eof": true}, &w)
+	if w.State != "exited" || w.ExitCode == nil || *w.ExitCode != 0 || w.Output != "last\n" {
+		t.Errorf("shell_write with eof: state %s, output %q; want exited 0, %q", w.State, w.Output, "last\n")
+	}
+	if msg := c.mustFail("shell_write", map[string]any{"job_id": out.JobID, "text": "x"}); !strings.Contains(msg, "closed") {
+		t.Errorf("shell_write after the end: %q; want it to say the input is closed", msg)
+	}
+	plain := c.background("sleep 5")
+	if msg := c.mustFail("shell_write", map[string]any{"job_id": plain, "text": "x"}); !strings.Contains(msg, "takes no input") {
+		t.Errorf("shell_write to a plain job: %q; want it to say it takes no input", msg)
+	}
+	if msg := c.mustFail("shell_write", map[string]any{"job_id": plain, "keys": []string{"hyper-q"}}); !strings.Contains(msg, "unknown key") {
+		t.Errorf("an unknown key: %q", msg)
+	}
+	c.mustCall("shell_cancel", map[string]any{"job_id": plain}, nil)
+}
+
+// A TTY job's screen comes back from shell, shell_write and shell_status.
+func TestShellTTYScreen(t *testing.T) {
+	srv := newTestServer(t, Options{})
+	c := connect(t, srv)
+	var out ShellOutput
+	c.mustCall("shell", map[string]any{"command": `printf '\033[2J\033[3;5Hsize %s' "$(stty size)"; read _; printf '\033[Hdone'; read _`, "tty": true, "rows": 10, "cols": 40}, &out)
+	if out.Screen == nil || len(out.Screen.Rows) != 10 || out.Screen.Rows[2] != "    size 10 40" {
+		t.Fatalf("shell tty: screen %+v; want 10 rows, row 2 %q", out.Screen, "    size 10 40")
+	}
+	var w WriteOutput
+	c.mustCall("shell_write", map[string]any{"job_id": out.JobID, "keys": []string{"enter"}}, &w)
+	if w.Screen == nil || w.Screen.Rows[0] != "done" {
+		t.Errorf("shell_write: screen %+v; want row 0 %q", w.Screen, "done")
+	}
+	var st StatusOutput
+	res := c.mustCall("shell_status", map[string]any{"job_id": out.JobID}, &st)
+	if st.Screen == nil || st.Screen.Rows[0] != "done" || !strings.Contains(text(res), "--- screen (10 rows") {
+		t.Errorf("shell_status: screen %+v, text %q; want the screen", st.Screen, text(res))
+	}
+	c.mustCall("shell_write", map[string]any{"job_id": out.JobID, "keys": []string{"ctrl-c"}}, &w)
+	if w.State != "exited" || w.ExitCode == nil || *w.ExitCode != 130 {
+		t.Errorf("ctrl-c at read: state %s, exit %v; want exited 130", w.State, w.ExitCode)
 	}
 }
