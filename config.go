@@ -41,9 +41,28 @@ type Config struct {
 	KillGrace time.Duration
 
 	// MaxRunning limits the number of jobs running at once; a launch
-	// beyond it fails with ErrTooManyRunning. If MaxRunning is 0, it is
-	// 64.
+	// beyond it fails with ErrTooManyRunning, or waits in the queue
+	// with Queue set. If MaxRunning is 0, it is 64.
 	MaxRunning int
+
+	// Queue, if set, makes a launch beyond MaxRunning wait for a free
+	// slot instead of failing: the job is Queued (Snapshot.State, with
+	// its place in Snapshot.QueuePosition) until a running job ends,
+	// then starts. Waiting launches start by Spec.Priority, highest
+	// first, and in the order they came among equals. An identical
+	// launch joins a queued job as it joins a running one; Cancel takes
+	// a job out of the queue (Cancelled, it never ran); Close cancels
+	// the whole queue. A queued job's Timeout counts from its start, not
+	// from its launch; a RunForeground call counts the time in the
+	// queue against its soft cap, and detaches with the job Queued. In
+	// durable mode the queue is kept across a restart (see StateDir).
+	// If Queue is false, a launch beyond MaxRunning fails.
+	Queue bool
+
+	// MaxQueued bounds the queue: a launch that would make it longer
+	// fails with ErrTooManyRunning, as without a queue. If MaxQueued is
+	// 0, it is 1024. Without Queue it is unused.
+	MaxQueued int
 
 	// HeadBytes and TailBytes bound the output a job keeps: the first
 	// HeadBytes and the last TailBytes of its stream. What lies between
@@ -228,6 +247,7 @@ const (
 	defaultTimeout          = 30 * time.Minute
 	defaultKillGrace        = 2 * time.Second
 	defaultMaxRunning       = 64
+	defaultMaxQueued        = 1024
 	defaultHeadBytes        = 64 << 10
 	defaultTailBytes        = 1 << 20
 	defaultRetainJobs       = 64
@@ -314,9 +334,10 @@ func (c Config) normalize() (Config, error) {
 		v    *int
 		def  int
 	}{
-		{"MaxRunning", &c.MaxRunning, defaultMaxRunning},
 		{"HeadBytes", &c.HeadBytes, defaultHeadBytes},
 		{"TailBytes", &c.TailBytes, defaultTailBytes},
+		{"MaxRunning", &c.MaxRunning, defaultMaxRunning},
+		{"MaxQueued", &c.MaxQueued, defaultMaxQueued},
 	}
 	for _, n := range ints {
 		switch {
@@ -330,7 +351,7 @@ func (c Config) normalize() (Config, error) {
 		return c, configError(field, "%s", why)
 	}
 	// The output bounds are sizes of memory: keep them far from overflow.
-	for _, n := range ints[1:] {
+	for _, n := range ints[:2] {
 		if int64(*n.v) > maxOutputBound {
 			return c, configError(n.name, "%d; at most %d (1 TiB)", *n.v, int64(maxOutputBound))
 		}

@@ -67,9 +67,13 @@ type Registry struct {
 	// finished with a RunForeground caller yet to read it. Written by
 	// launch, by forgetLocked and by the journal's restore.
 	jobs map[ID]*job
-	// running counts the jobs admitted and not finished: launch adds
-	// one, finish takes it away.
+	// running counts the jobs admitted to run and not finished: launch
+	// (or nextLocked, for a job leaving the queue) adds one, finish
+	// takes it away. Queued jobs are not counted.
 	running int
+	// waiting is the queue of launches beyond MaxRunning (Config.Queue;
+	// queue.go).
+	waiting jobQueue
 	closed  bool   // set once, by Close or Detach
 	seq     uint64 // the last generation handed out: launch, restore
 	// queues holds each session's undelivered completions: finish
@@ -93,7 +97,9 @@ type job struct {
 	// Set when the job is built (by launch, or by the journal's restore)
 	// and never written again, except gen: launch sets it under
 	// Registry.mu as the run enters the table, before anyone else sees
-	// the job.
+	// the job; and started, which nextLocked sets again under job.mu as
+	// the job leaves the queue, before its spawn (read it under job.mu,
+	// or from the goroutine that spawns or supervises the job).
 	id      ID
 	gen     uint64
 	spec    Spec          // validated, with Dir absolute
@@ -113,6 +119,9 @@ type job struct {
 	// exited reports that the shell has exited: set by the waiter
 	// goroutine or by the supervisor when its reader reports it.
 	exited atomic.Bool
+	// treeEmpty reports, in the leftover phase (LeftoversWait), that no
+	// process of the tree is left: set by the supervisor's watcher.
+	treeEmpty atomic.Bool
 	// rd is the job's output reader while its supervisor has one: set
 	// by spawn (or restore), cleared by the supervisor before it closes
 	// the reader. poke moves its deadline.
@@ -126,6 +135,8 @@ type job struct {
 	finished bool      // set once, by finish: the job has ended (done closes after its hooks)
 	pollable bool      // set by a Start that launched or joined it, by background, or by restore
 	holders  int       // RunForeground callers without their result yet: launch and join add, unhold and background take
+	queued   bool      // in Registry.waiting: set by push, cleared as it leaves the queue
+	admitted bool      // counted in Registry.running: set by launch or nextLocked, cleared by finish
 	heapIdx  int       // index in Registry.ret, or -1: kept by retention
 	retEnd   time.Time // the end time by the registry's clock, as retention orders it: set by finish
 	retBytes int64     // the size of the retained text: set by finish, changed by Readmit
@@ -147,9 +158,14 @@ type job struct {
 	// usageMu guards live, the job's process while its snapshot may
 	// read the usage so far from it: set by spawn (or New, for an
 	// adopted job), cleared by the supervisor before it closes the
-	// process.
+	// process; and tree, the same process while a snapshot may list its
+	// tree (procs.go): set with live, cleared by the supervisor before
+	// it reaps the shell, whose IDs may be another's after; and listed,
+	// the last listing of the tree.
 	usageMu sync.Mutex
 	live    *process
+	tree    *process
+	listed  treeList
 
 	// changed is closed when the job's output changes: by emit when
 	// output comes, by finish when fin is set. A reader that waits for
@@ -262,6 +278,12 @@ func New(cfg Config) (*Registry, error) {
 		}
 		go sv.run()
 	}
+	// Queued jobs found in the state directory start as far as the
+	// slots that the adopted jobs leave allow.
+	r.mu.Lock()
+	next := r.nextLocked()
+	r.mu.Unlock()
+	r.startQueued(next)
 	return r, nil
 }
 
@@ -303,7 +325,7 @@ func (r *Registry) status(sc scope, id ID) (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, err
 	}
-	return r.snapshot(j), nil
+	return r.snapshotTree(j), nil
 }
 
 // lookup finds a job that may be polled: running, or finished and
@@ -324,13 +346,31 @@ func (r *Registry) lookup(sc scope, op string, id ID) (*job, error) {
 // snapshot copies j's state. A running job's text is admitted on the way
 // out; a finished job's text was admitted when it ended.
 func (r *Registry) snapshot(j *job) Snapshot {
-	j.mu.Lock()
-	s, v := j.snapshotLocked()
-	j.mu.Unlock()
-	if s.State == Running {
-		s.Usage, _ = j.liveUsage()
+	for {
+		j.mu.Lock()
+		s, v := j.snapshotLocked()
+		j.mu.Unlock()
+		switch s.State {
+		case Running:
+			s.Usage, _ = j.liveUsage()
+		case Queued:
+			var now State
+			if s.QueuePosition, now = r.queuePlace(j); now != Queued {
+				continue // it left the queue meanwhile: look again
+			}
+		}
+		return r.withOutput(j, s, v)
 	}
-	return r.withOutput(j, s, v)
+}
+
+// snapshotTree is snapshot with, for a running job, the processes of its
+// tree and the ports they listen on (see treeOf).
+func (r *Registry) snapshotTree(j *job) Snapshot {
+	s := r.snapshot(j)
+	if s.State == Running {
+		s.Processes, s.Ports = r.treeOf(j, s.Output.Total)
+	}
+	return s
 }
 
 // snapshotLocked copies j's state, and for a running job the raw view of
@@ -369,7 +409,7 @@ func (r *Registry) wait(ctx context.Context, sc scope, id ID) (Snapshot, error) 
 	case <-ended:
 		return r.snapshot(j), nil
 	case <-ctx.Done():
-		return r.snapshot(j), fmt.Errorf("bgjob: wait %s: %w", id, ctx.Err())
+		return r.snapshotTree(j), fmt.Errorf("bgjob: wait %s: %w", id, ctx.Err())
 	}
 }
 
@@ -387,7 +427,14 @@ func (r *Registry) cancel(sc scope, id ID) (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, err
 	}
-	j.request(stopCancel)
+	r.mu.Lock()
+	dropped := r.dropLocked(j)
+	r.mu.Unlock()
+	if dropped {
+		r.unqueue(j, stopCancel) // it never ran
+	} else {
+		j.request(stopCancel)
+	}
 	if ended := r.ended(j); ended != nil {
 		<-ended
 	}
@@ -402,8 +449,9 @@ func (j *job) request(req int32) {
 }
 
 // List returns snapshots of the session's jobs that can be polled,
-// running or retained, oldest first. Running jobs' texts pass the
-// Admitter.
+// queued, running or retained, oldest first (by Snapshot.Started).
+// Running jobs' texts pass the Admitter, and their processes and ports
+// are listed as by Status.
 func (r *Registry) List(session string) []Snapshot {
 	defer r.jn.purge()
 	r.mu.Lock()
@@ -415,11 +463,11 @@ func (r *Registry) List(session string) []Snapshot {
 		}
 	}
 	r.mu.Unlock()
-	slices.SortFunc(js, func(a, b *job) int { return a.started.Compare(b.started) })
 	out := make([]Snapshot, len(js))
 	for i, j := range js {
-		out[i] = r.snapshot(j)
+		out[i] = r.snapshotTree(j)
 	}
+	slices.SortStableFunc(out, func(a, b Snapshot) int { return a.Started.Compare(b.Started) })
 	return out
 }
 
@@ -517,7 +565,8 @@ func (r *Registry) endQueues() {
 	}
 }
 
-// Running returns the number of jobs that are running.
+// Running returns the number of jobs that are running; queued jobs are
+// not counted.
 func (r *Registry) Running() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -604,13 +653,23 @@ func (r *Registry) shut(req int32) ([]*job, bool) {
 	r.closed = true
 	var js []*job
 	for _, j := range r.jobs {
-		if !j.finished {
+		if !j.finished && !j.queued {
 			js = append(js, j)
 		}
 	}
+	// The queue: Close cancels it; Detach releases it (in durable mode
+	// each job's record stays queued, for the next Registry).
+	waiting := r.waiting.drain()
 	r.mu.Unlock()
 	for _, j := range js {
 		j.request(req)
+	}
+	for _, j := range waiting {
+		if req == stopRelease {
+			r.launchDone(j)
+		} else {
+			r.unqueue(j, req)
+		}
 	}
 	return js, was
 }
