@@ -288,3 +288,61 @@ func TestProcessesListsTree(t *testing.T) {
 		})
 	}
 }
+
+// In durable mode a dev server outlives its host as any job does: a job
+// whose shell had exited, leaving its server running (LeftoversWait), is
+// adopted by the next Registry in its leftover phase: Running, with its
+// port, ending with the shell's code when the server exits, or stopped
+// whole by Cancel. Both containments.
+func TestDurableLeftoversAdopted(t *testing.T) {
+	for _, mode := range containModes {
+		t.Run(mode.name, func(t *testing.T) {
+			for _, end := range []string{"server-exits", "cancel"} {
+				t.Run(end, func(t *testing.T) {
+					cfg := durable(t)
+					cfg.Cgroup = mode.cgroup
+					r1, err := bgjob.New(cfg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					s, err := r1.Start(ctxT(t), serverSpec(bgjob.LeftoversWait))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if mode.want == bgjob.ContainCgroup && s.Containment != mode.want {
+						r1.Close(ctxT(t))
+						t.Skip("no writable cgroup v2 hierarchy here: jobs are contained by their session")
+					}
+					port := portOf(t, awaitText(t, r1, s.ID, "parent gone"))
+					if err := r1.Detach(); err != nil {
+						t.Fatal(err)
+					}
+					r2 := newRegistry(t, cfg)
+					a, err := r2.Status(s.ID)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if a.State != bgjob.Running || !slices.Contains(a.Ports, port) {
+						t.Fatalf("adopted: %v, ports %v; want running with port %d", a.State, a.Ports, port)
+					}
+					switch end {
+					case "server-exits":
+						if err := dial(port, "quit\n"); err != nil {
+							t.Fatal(err)
+						}
+						if a = wait(t, r2, s.ID); a.State != bgjob.Exited || a.ExitCode != 7 {
+							t.Errorf("got %v %d; want exited 7, the shell's code", a.State, a.ExitCode)
+						}
+					case "cancel":
+						if a, err = r2.Cancel(s.ID); err != nil || a.State != bgjob.Cancelled {
+							t.Errorf("Cancel: %v %v; want cancelled", a.State, err)
+						}
+					}
+					if err := dial(port, ""); !errors.Is(err, syscall.ECONNREFUSED) {
+						t.Errorf("dial after the end: %v; want connection refused", err)
+					}
+				})
+			}
+		})
+	}
+}

@@ -851,6 +851,10 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 						}
 					}
 					p, rd, err := adoptProcess(rec, run, j.exited.Load, st.lim, r.cg, st.watch)
+					if err == errGone && rec.Leftovers == LeftoversWait {
+						// Its shell is gone; its tree may live on.
+						p, rd, err = adoptLeftovers(rec, run, j.exited.Load, st.lim, r.cg, st.watch)
+					}
 					if err != nil && err != errGone {
 						return nil, fmt.Errorf("adopt %s (process %d): %w", rec.ID, rec.PID, err)
 					}
