@@ -167,9 +167,11 @@ func (r *Registry) collect(j *job, joined bool) Result {
 // final result instead.
 func (r *Registry) background(j *job, joined bool) Result {
 	r.mu.Lock()
-	if j.finished {
+	if j.finished || j.leaving {
+		// Its hooks are running, or a Cancel or Close took it out of
+		// the queue: the result is moments away.
 		r.mu.Unlock()
-		<-r.ended(j) // its hooks are running: the result is moments away
+		<-r.ended(j)
 		return r.collect(j, joined)
 	}
 	j.pollable = true

@@ -398,8 +398,8 @@ type Foreground struct {
 
 	// OnProgress, if not nil, is called about every Interval while
 	// RunForeground waits, with a snapshot of the running job (its
-	// output admitted, as Status gives it); the job's age is
-	// time.Since(s.Started). It is called in the caller's goroutine,
+	// output admitted, as Status gives it; Queued, with its place, while
+	// it waits in the queue); the job's age is time.Since(s.Started). It is called in the caller's goroutine,
 	// never before the first interval has passed, never once the job
 	// has ended and never after RunForeground returns. If it panics,
 	// the panic reaches the caller and the job goes on, detached.

@@ -261,7 +261,13 @@ func (r *Registry) startQueued(js []*job) {
 
 // dropLocked takes j out of the queue for Cancel; it reports whether j
 // was queued, and must then be ended with unqueue once r.mu is let go.
-func (r *Registry) dropLocked(j *job) bool { return r.waiting.remove(j) }
+func (r *Registry) dropLocked(j *job) bool {
+	if !r.waiting.remove(j) {
+		return false
+	}
+	j.leaving = true
+	return true
+}
 
 // unqueue ends a job taken out of the queue (by Cancel or Close): it never
 // ran, so it is Cancelled with why, and its count in r.wg goes.
@@ -270,16 +276,29 @@ func (r *Registry) unqueue(j *job, req int32) {
 	r.finish(j, outcome{state: Cancelled, exitCode: exitCancelled, reason: stopReason(req) + " while queued"})
 }
 
-// queuePlace returns j's place in the queue (0 if it is not queued) and
-// its state, which, read under Registry.mu, agrees with the place: a job
-// leaves the queue under it.
-func (r *Registry) queuePlace(j *job) (int, State) {
+// queuePlace returns j's place in the queue (0 if it is not queued), its
+// state, which, read under Registry.mu, agrees with the place (a job
+// leaves the queue under it), and whether j is leaving the queue to be
+// cancelled (see unqueue).
+func (r *Registry) queuePlace(j *job) (int, State, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	j.mu.Lock()
 	s := j.state
 	j.mu.Unlock()
-	return r.waiting.place(j), s
+	return r.waiting.place(j), s, j.leaving && !j.finished
+}
+
+// awaitUnqueued waits until j, which a Cancel or Close took out of the
+// queue, is finished, so that no snapshot shows a queued job without a
+// place: it takes moments (no process is involved). It returns false if
+// the caller cannot wait, being j's own final Admitter.
+func (r *Registry) awaitUnqueued(j *job) bool {
+	if h := r.hooks.current(); h != nil && h.j == j && !r.isFinished(j) {
+		return false
+	}
+	<-j.over
+	return true
 }
 
 // queueFull is the error of a launch that finds the queue full.

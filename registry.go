@@ -136,6 +136,7 @@ type job struct {
 	pollable bool      // set by a Start that launched or joined it, by background, or by restore
 	holders  int       // RunForeground callers without their result yet: launch and join add, unhold and background take
 	queued   bool      // in Registry.waiting: set by push, cleared as it leaves the queue
+	leaving  bool      // taken out of the queue by Cancel or Close, to be finished by unqueue
 	admitted bool      // counted in Registry.running: set by launch or nextLocked, cleared by finish
 	heapIdx  int       // index in Registry.ret, or -1: kept by retention
 	retEnd   time.Time // the end time by the registry's clock, as retention orders it: set by finish
@@ -355,8 +356,12 @@ func (r *Registry) snapshot(j *job) Snapshot {
 			s.Usage, _ = j.liveUsage()
 		case Queued:
 			var now State
-			if s.QueuePosition, now = r.queuePlace(j); now != Queued {
+			var leaving bool
+			if s.QueuePosition, now, leaving = r.queuePlace(j); now != Queued {
 				continue // it left the queue meanwhile: look again
+			}
+			if leaving && r.awaitUnqueued(j) {
+				continue // cancelled out of the queue: its end is moments away
 			}
 		}
 		return r.withOutput(j, s, v)
@@ -660,6 +665,9 @@ func (r *Registry) shut(req int32) ([]*job, bool) {
 	// The queue: Close cancels it; Detach releases it (in durable mode
 	// each job's record stays queued, for the next Registry).
 	waiting := r.waiting.drain()
+	for _, j := range waiting {
+		j.leaving = req != stopRelease
+	}
 	r.mu.Unlock()
 	for _, j := range js {
 		j.request(req)
