@@ -346,3 +346,31 @@ func TestDurableLeftoversAdopted(t *testing.T) {
 		})
 	}
 }
+
+// A sandboxed job has a network namespace of its own: its ports are read
+// there, through one of its processes, and its processes are listed from
+// the host's view. Both containments.
+func TestPortsInSandbox(t *testing.T) {
+	needBwrap(t)
+	for _, mode := range containModes {
+		t.Run(mode.name, func(t *testing.T) {
+			r := newRegistry(t, bgjob.Config{Cgroup: mode.cgroup})
+			dir := t.TempDir()
+			s, err := r.Start(ctxT(t), bgjob.Spec{Command: sandboxHelper(t, dir, "serve"), Dir: dir, Env: helperEnv, Sandbox: &bgjob.Sandbox{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Cancel(s.ID)
+			port := portOf(t, awaitText(t, r, s.ID, "port "))
+			if s, err = r.Status(s.ID); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Contains(s.Ports, port) {
+				t.Errorf("ports %v; want %d among them", s.Ports, port)
+			}
+			if !slices.ContainsFunc(s.Processes, func(p bgjob.Process) bool { return strings.Contains(p.Command, "helper.test serve") }) {
+				t.Errorf("processes %+v; want the server among them", s.Processes)
+			}
+		})
+	}
+}

@@ -68,7 +68,7 @@ func (r *Registry) treeOf(j *job, total int64) ([]Process, []int) {
 		return nil, nil
 	}
 	t := &j.listed
-	if now := time.Now(); t.at.IsZero() || t.total != total || now.Sub(t.at) >= treeMaxAge {
+	if now := time.Now(); t.at.IsZero() || t.total != total || now.Sub(t.at) >= r.treeAge {
 		t.procs, t.ports = p.list(&t.memo)
 		t.at, t.total = now, total
 	}

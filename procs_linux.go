@@ -2,11 +2,14 @@ package bgjob
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -99,7 +102,15 @@ func (p *process) list(m *treeMemo) ([]Process, []int) {
 		procs = append(procs, Process{PID: pid, PPID: st.ppid, Command: procCommand(cmd)})
 	}
 	var ports []int
-	for _, pid := range nets {
+	for ns, pid := range nets {
+		if ns == hostNetNS() {
+			if ps, err := diagListening(sockets, ports); err == nil {
+				ports = ps
+				continue
+			}
+		}
+		// Another network namespace (a sandbox's), or no sock_diag:
+		// the namespace's tables in /proc, which list every socket.
 		for _, file := range []string{"tcp", "tcp6"} {
 			b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/net/" + file)
 			if err == nil {
@@ -110,6 +121,85 @@ func (p *process) list(m *treeMemo) ([]Process, []int) {
 	slices.Sort(ports)
 	return procs, slices.Compact(ports)
 }
+
+// hostNetNS names the host's network namespace, as /proc/PID/ns/net
+// links to it ("net:[4026531840]").
+var hostNetNS = sync.OnceValue(func() string {
+	ns, _ := os.Readlink("/proc/self/ns/net")
+	return ns
+})
+
+// diagListening adds to ports the local port of each listening TCP socket
+// (IPv4 and IPv6) of the host's network namespace whose inode is in
+// sockets, as the kernel's sock_diag netlink interface reports them. It
+// asks for listening sockets only, which the kernel finds in its table of
+// listeners, where /proc/net/tcp walks every socket's hash bucket (some
+// milliseconds on a machine with a large table).
+func diagListening(sockets map[uint64]bool, ports []int) ([]int, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	if err != nil {
+		return ports, err
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, 32<<10)
+	for seq, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
+		// struct nlmsghdr, then struct inet_diag_req_v2: family,
+		// protocol, extensions, padding, the states wanted (a bit per
+		// TCP state), and a socket ID of zeros (any).
+		req := make([]byte, unix.SizeofNlMsghdr+diagReqLen)
+		binary.NativeEndian.PutUint32(req[0:], uint32(len(req)))
+		binary.NativeEndian.PutUint16(req[4:], unix.SOCK_DIAG_BY_FAMILY)
+		binary.NativeEndian.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+		binary.NativeEndian.PutUint32(req[8:], uint32(seq+1))
+		r := req[unix.SizeofNlMsghdr:]
+		r[0], r[1] = family, unix.IPPROTO_TCP
+		binary.NativeEndian.PutUint32(r[4:], 1<<tcpStateListen)
+		if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+			return ports, err
+		}
+	read:
+		for {
+			n, _, err := unix.Recvfrom(fd, buf, 0)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				return ports, err
+			}
+			msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+			if err != nil {
+				return ports, err
+			}
+			for _, m := range msgs {
+				switch m.Header.Type {
+				case unix.NLMSG_DONE:
+					break read
+				case unix.NLMSG_ERROR:
+					return ports, errors.New("sock_diag: error reply")
+				}
+				// struct inet_diag_msg: family, state, timer, retrans,
+				// then the socket ID (source port first, big-endian),
+				// ..., and the inode last.
+				if len(m.Data) < diagMsgLen {
+					continue
+				}
+				ino := uint64(binary.NativeEndian.Uint32(m.Data[diagMsgLen-4:]))
+				if m.Data[1] == tcpStateListen && sockets[ino] {
+					ports = append(ports, int(binary.BigEndian.Uint16(m.Data[4:])))
+				}
+			}
+		}
+	}
+	return ports, nil
+}
+
+// The sizes of struct inet_diag_req_v2 and struct inet_diag_msg, and the
+// number of TCP_LISTEN among the kernel's TCP states.
+const (
+	diagReqLen     = 56
+	diagMsgLen     = 72
+	tcpStateListen = 10
+)
 
 // scanTree returns the PIDs that /proc shows as possibly the job's whose
 // shell is pid: live processes of its session (with sess), or, with a

@@ -42,6 +42,10 @@ type Registry struct {
 	// (SetClock) and must then poke the jobs when it moves it.
 	now func() time.Time
 
+	// treeAge is how long a listing of a job's tree is served again
+	// (treeMaxAge; a test may change it before the first launch).
+	treeAge time.Duration
+
 	// start carries out a launch plan (see plan). New sets startJob; a
 	// test may replace it before the first launch (FailSpawns).
 	start func(*plan) (*process, outputReader, error)
@@ -252,6 +256,7 @@ func New(cfg Config) (*Registry, error) {
 		ctx:            ctx,
 		abort:          abort,
 		now:            time.Now,
+		treeAge:        treeMaxAge,
 		start:          startJob,
 		jobs:           make(map[ID]*job),
 		queues:         make(map[string][]queued),
