@@ -293,14 +293,14 @@ func shellOutput(snap bgjob.Snapshot, detached bool) ShellOutput {
 		Joined:        snap.Joined,
 		State:         snap.State.String(),
 		QueuePosition: snap.QueuePosition,
-		ExitCode:     exitCode(snap),
-		Output:       snap.Output.Text,
-		OutputBytes:  snap.Output.Total,
-		OmittedBytes: snap.Output.Omitted,
-		NextOffset:   snap.Output.Total,
-		DurationMs:   elapsed(snap).Milliseconds(),
-		Reason:       snap.Reason,
-		Notice:       snap.Output.Notice,
+		ExitCode:      exitCode(snap),
+		Output:        snap.Output.Text,
+		OutputBytes:   snap.Output.Total,
+		OmittedBytes:  snap.Output.Omitted,
+		NextOffset:    snap.Output.Total,
+		DurationMs:    elapsed(snap).Milliseconds(),
+		Reason:        snap.Reason,
+		Notice:        snap.Output.Notice,
 	}
 	out.CPUMs, out.PeakMemoryBytes = usage(snap)
 	if detached {
