@@ -36,7 +36,7 @@ var (
 	quick = sizes{spawn: 200, foreground: 200, capture: 64 << 20, captureRuns: 3, fanout: 200, retained: 1000, calls: 5000, coalesce: 200}
 )
 
-var workloads = []string{"spawn", "sandbox", "foreground", "capture", "fanout", "status", "coalesce"}
+var workloads = []string{"spawn", "sandbox", "foreground", "capture", "fanout", "status", "coalesce", "tree"}
 
 func main() {
 	var (
@@ -44,11 +44,17 @@ func main() {
 		strict    = flag.Bool("strict", false, "exit 1 if bgjob misses a target")
 		only      = flag.String("only", "", "comma-separated workloads to run: "+strings.Join(workloads, ","))
 		child     = flag.String("capture-child", "", "internal: run one capture in this process")
+		listen    = flag.Bool("listen-child", false, "internal: be a dev server for the tree workload")
+		chatty    = flag.Bool("chatty", false, "internal: with -listen-child, write a line every 500 µs")
 		childN    = flag.Int64("capture-bytes", 0, "internal: bytes for -capture-child")
 	)
 	flag.Parse()
 	if *child != "" {
 		captureChild(*child, *childN)
+		return
+	}
+	if *listen {
+		listenChild(*chatty)
 		return
 	}
 	sz := full
@@ -142,6 +148,17 @@ func main() {
 		rows = append(rows, coalesceRows(c)...)
 		notes = append(notes, fmt.Sprintf("coalesce: %d goroutines released at once, each one Start of `sleep 1`; bgjob processes counted by Telemetry.JobStarted, %d calls joined; os/exec has no coalescing (one exec.Cmd.Start each); burst wall time os/exec %v, bgjob %v",
 			sz.coalesce, c[bgJob].joined, c[osExec].wall.Round(time.Microsecond), c[bgJob].wall.Round(time.Microsecond)))
+	})
+	step("tree", func() {
+		n := max(sz.calls/10, 500)
+		for _, cg := range []string{"", "off"} {
+			t := runTree(n, cg)
+			rows = append(rows, treeRows(t)...)
+			if t.err == "" {
+				notes = append(notes, fmt.Sprintf("tree (%s): a dev server (a listener and a sleep that its shell left running, LeftoversWait), %d processes and %d port in each snapshot; %d Status calls of it quiet, then %d of a chatty one (a line every 500 µs, 1 ms between calls: %d calls came after output, each listing the tree anew)",
+					t.mode, t.procs, t.ports, n, n, t.chattyListings))
+			}
+		}
 	})
 	failed := render(os.Stdout, rows)
 	fmt.Println()
