@@ -125,7 +125,10 @@ type Config struct {
 	// before the process starts; output, which the job writes itself (it
 	// is its stdout and stderr); and exit, where a wrapper /bin/sh writes
 	// the shell's status (temporary file, then rename) when the shell
-	// ends, even if the host is gone. The ID key is kept in
+	// ends, even if the host is gone. A queued job (Queue) has its folder
+	// and record from its launch, and an input file (0600) holding its
+	// Spec.Env and Spec.Stdin, which it needs to start after a restart;
+	// the file goes when the job starts or ends. The ID key is kept in
 	// StateDir/idkey (0600) when IDKey is nil, so IDs stay stable across
 	// restarts. While the host reads a job's output, the file is kept
 	// within MaxOutputBytes on disk.
@@ -142,7 +145,13 @@ type Config struct {
 	// timeouts measured from its original start. A job whose shell is
 	// gone becomes Exited with the code of its exit marker, or Failed
 	// with Reason "lost" if there is none (it was killed by SIGKILL, or
-	// the machine restarted). A job recorded as starting becomes Failed
+	// the machine restarted); but a job of Spec.Leftovers LeftoversWait
+	// whose tree still lives (its cgroup populated, or processes carrying
+	// its marker) is adopted as waiting for it, and ends with its
+	// marker's code when the tree is empty. A queued job is queued again,
+	// in its place (Spec.Priority, then the order of the launches), and
+	// starts when a slot is free, even if this Registry has no Queue (a
+	// job whose input file is gone becomes Failed, "lost"). A job recorded as starting becomes Failed
 	// with Reason "spawn aborted". A record that cannot be read is moved
 	// to StateDir/quarantine/ and logged to Logger; it never makes New
 	// fail. Finished jobs are kept within Retention as in memory mode; a
