@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command bench compares bgjob with os/exec and github.com/go-cmd/cmd on
 // six workloads and prints one table, with bgjob's targets checked row by
 // row. Run it from this directory:
@@ -7,7 +9,8 @@
 //	go run . -strict  # exit 1 if a target is missed
 //
 // It is Linux-only: the foreground latency uses the kernel's process
-// events connector (root) to learn when a child exited.
+// events connector (root) to learn when a child exited. Elsewhere it
+// only says so (other.go).
 package main
 
 import (
