@@ -337,9 +337,10 @@ func (r *Registry) Start(ctx context.Context, spec Spec) (Snapshot, error) {
 // since: a job that announces its port by printing it is listed anew by
 // the next Status. Measured on 2 cores (bench workload 7,
 // BenchmarkStatusTree): a Status that reuses the listing takes about 7 µs
-// with a cgroup and 0.5 µs without; one that lists anew about 0.3–0.4 ms
-// with a cgroup and 1.3–1.7 ms without, where every process of the
-// machine is looked at (160 there).
+// with a cgroup (most of it reading the cgroup's CPU usage) and 0.4–0.7 µs
+// without; one that lists anew about 0.3–0.4 ms with a cgroup and
+// 1.2–1.7 ms without, where every process of the machine is looked at
+// (160 there).
 func (r *Registry) Status(id ID) (Snapshot, error) { return r.status(anySession, id) }
 
 func (r *Registry) status(sc scope, id ID) (Snapshot, error) {
