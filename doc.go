@@ -73,6 +73,26 @@
 // with [ErrUnsupported] and nothing runs. [Config.Launcher] rewrites every
 // job's command line, after the sandbox, for a host's own runner.
 //
+// # Dev servers and queues
+//
+// A job's shell may leave processes running when it exits ("npm run dev
+// &"). By default they are stopped then ([LeftoversStop]); with
+// [Spec.Leftovers] set to [LeftoversWait] the job stays Running until the
+// last of them has ended, its output still read, its timeouts, Cancel and
+// Close still stopping the whole tree, and ends with the shell's exit
+// code. [Registry.Status] and [Registry.List] show a running job's live
+// processes ([Snapshot.Processes], command lines through the Admitter) and
+// the TCP ports they listen on ([Snapshot.Ports]), on Linux; a listing is
+// served again for up to a second while the job writes no output, since a
+// fresh one reads /proc (see [Registry.Status] for its cost).
+//
+// With [Config.Queue], a launch beyond [Config.MaxRunning] waits instead of
+// failing: the job is [Queued], with its place in [Snapshot.QueuePosition],
+// and starts, highest [Spec.Priority] first and then in order of arrival,
+// when a running job's end frees a slot (the end itself starts it; nothing
+// polls). Cancel takes a job out of the queue, Close cancels the queue,
+// [Config.MaxQueued] bounds it, and in durable mode it survives a restart.
+//
 // # Durable mode
 //
 // With [Config.StateDir] set (Linux only; New fails with
@@ -92,12 +112,14 @@
 // held to [Config.MaxOutputBytes] on disk. Live behaviour (Read, Status,
 // timeouts, Cancel, coalescing, admission, completions) is the same as in
 // memory. The job's shell runs under a wrapper /bin/sh, so its PID is
-// the wrapper's; the environment and stdin are never written to disk.
-// An interactive job reads a named pipe in its folder, held open by a
-// small holder process, so a host that adopts it after a restart (or a
-// crash) writes on, and CloseInput still ends it. TTY jobs are refused
-// in durable mode with ErrUnsupported: a terminal lives in the host and
-// would not survive its restart.
+// the wrapper's; the environment and stdin are never written to a
+// record (a queued job keeps them in a file of mode 0600 until it
+// starts, so that it can start after a restart). An interactive job
+// reads a named pipe in its folder, held open by a small holder process,
+// so a host that adopts it after a restart (or a crash) writes on, and
+// CloseInput still ends it. TTY jobs are refused in durable mode with
+// ErrUnsupported: a terminal lives in the host and would not survive its
+// restart.
 //
 // # Jobs and IDs
 //
@@ -134,8 +156,11 @@
 // supervisor itself until the job ends, detaches or its first progress
 // report is due, so a short foreground job starts no goroutine at all
 // (OnProgress is never called while it does; the hooks of the job's end
-// are, as they would be in the job's own goroutine). The registry starts
-// no other goroutine (Close starts one while it waits), but for an
+// are, as they would be in the job's own goroutine). A job that waits for
+// its leftovers ([LeftoversWait]) has one more goroutine while its shell
+// has exited and its tree lives, which waits for the tree to be empty. A
+// queued job has no goroutine until it leaves the queue. The registry
+// starts no other goroutine (Close starts one while it waits), but for an
 // interactive job whose Spec.Stdin does not fit into its input at once:
 // a goroutine writes the rest, and ends when it is written or the input
 // closes. A Write that waits for a full input waits in the runtime's
@@ -211,7 +236,10 @@
 // leftover processes are found in /proc, ignoring zombies, which hold
 // nothing; [Config.Subreaper] makes the host reap its jobs' orphans. On
 // other Unix systems a kqueue reports the exit and the group is checked
-// with kill(-pgid, 0).
+// with kill(-pgid, 0). [Snapshot.Processes] and [Snapshot.Ports] are
+// listed on Linux only; elsewhere they stay empty, and a job waiting for
+// its leftovers has its tree looked at every half second at most, where
+// Linux wakes on the tree's end (inotify on the cgroup, pidfds).
 //
 // TTY jobs run on a Linux pseudo-terminal (opened through x/sys/unix)
 // and, on Windows, on a pseudo console (ConPTY, Windows 10 1809 and

@@ -29,6 +29,7 @@ import (
 //	    output                  the job's stdout and stderr, written by it
 //	    exit                    the shell's status, written by the wrapper
 //	    input                   an interactive job's stdin: a FIFO (durable_io_linux.go)
+//	    queued                  a queued job's environment and stdin, until it starts
 //	quarantine/                 run folders whose record could not be read
 //
 // Folders are 0700 and files 0600.
@@ -37,6 +38,7 @@ const (
 	outputFile    = "output"
 	inputFile     = "input" // an interactive job's FIFO
 	markerFile    = "exit"
+	queuedFile    = "queued" // a queued job's environment and stdin, until it starts
 	idKeyFile     = "idkey"
 	lockFile      = "lock"
 	sessionsDir   = "sessions"
@@ -103,6 +105,13 @@ type record struct {
 	Ended       time.Time `json:"ended,omitzero"`
 	Reason      rawText   `json:"reason,omitempty"`
 	Notice      string    `json:"notice,omitempty"` // about leftovers stopped
+	// Leftovers is the job's Spec.Leftovers; Priority its Spec.Priority
+	// and Sandbox its sandbox as resolved, which a queued job needs to
+	// start after a restart. A queued job's environment and stdin are
+	// in its input file, never here.
+	Leftovers Leftovers `json:"leftovers,omitempty"`
+	Priority  int       `json:"priority,omitempty"`
+	Sandbox   *Sandbox  `json:"sandbox,omitempty"`
 	// Pollable: the job's end owes a completion.
 	Pollable bool `json:"pollable"`
 	// Evicted: retention dropped the job while its completion was still
@@ -203,6 +212,20 @@ type runRec struct {
 	mu   sync.Mutex
 	rec  record // the record as last written, or about to be
 	gone bool   // the folder was removed: write nothing more
+	// err is why the record of a queued job could not be written; its
+	// launching fails with it.
+	err error
+}
+
+// queuedInput is what a queued job's input file (queuedFile) holds: what its start needs
+// and its record must not hold, since it may carry secrets. The file goes
+// when the job starts or ends.
+type queuedInput struct {
+	Env   [][2]rawText `json:"env,omitempty"` // Spec.Env, sorted by key
+	Stdin rawText      `json:"stdin,omitempty"`
+	// Unique, with the rest of the record, is the job's Spec as it was
+	// launched.
+	Unique bool `json:"unique,omitempty"`
 }
 
 // openStore creates the state directory's layout if needed and returns
@@ -468,17 +491,10 @@ func (st *store) get(j *job) *runRec {
 // "starting", before the process exists. On failure it leaves no
 // half-made folder for the next replay to quarantine.
 func (st *store) launching(j *job) error {
-	rr := &runRec{dir: filepath.Join(st.sessionDir(j.spec.Session), string(j.id)+"."+strconv.FormatUint(j.gen, 10))}
-	rr.rec = record{
-		Version: recordVersion, ID: j.id, Gen: j.gen, Session: rawText(j.spec.Session),
-		Command: rawText(j.spec.Command), Args: rawTexts(j.spec.Args), Dir: rawText(j.spec.Dir), Timeout: j.timeout, IdleTimeout: j.spec.IdleTimeout,
-		State: stateStarting, ExitCode: exitUnknown, Started: j.started, Pollable: true,
-		Interactive: j.spec.Interactive,
+	if rr := st.get(j); rr != nil {
+		return st.dequeued(j, rr)
 	}
-	if !j.limits.IsZero() {
-		l := j.limits
-		rr.rec.Limits = &l
-	}
+	rr := st.newRun(j, stateStarting)
 	err := os.MkdirAll(filepath.Dir(rr.dir), 0o700)
 	if err == nil {
 		if err = os.Mkdir(rr.dir, 0o700); errors.Is(err, os.ErrExist) {
@@ -502,6 +518,122 @@ func (st *store) launching(j *job) error {
 	st.runs[j] = rr
 	st.mu.Unlock()
 	return nil
+}
+
+// newRun returns the run record of j, a new run, in the given state.
+func (st *store) newRun(j *job, state string) *runRec {
+	rr := &runRec{dir: filepath.Join(st.sessionDir(j.spec.Session), string(j.id)+"."+strconv.FormatUint(j.gen, 10))}
+	rr.rec = record{
+		Version: recordVersion, ID: j.id, Gen: j.gen, Session: rawText(j.spec.Session),
+		Command: rawText(j.spec.Command), Args: rawTexts(j.spec.Args), Dir: rawText(j.spec.Dir), Timeout: j.timeout, IdleTimeout: j.spec.IdleTimeout,
+		State: state, ExitCode: exitUnknown, Started: j.started, Pollable: true,
+		Leftovers: j.spec.Leftovers, Priority: j.spec.Priority, Sandbox: j.spec.Sandbox,
+		Interactive: j.spec.Interactive,
+	}
+	if !j.limits.IsZero() {
+		l := j.limits
+		rr.rec.Limits = &l
+	}
+	return rr
+}
+
+// queueing registers a record for j before the launch decides whether j
+// is queued, holding it until the returned function has written it as
+// queued (or, if j was not queued, unregistered it).
+func (st *store) queueing(j *job) func(bool) {
+	rr := &runRec{}
+	rr.mu.Lock()
+	st.mu.Lock()
+	st.runs[j] = rr
+	st.mu.Unlock()
+	return func(queued bool) {
+		defer rr.mu.Unlock()
+		if !queued {
+			st.mu.Lock()
+			delete(st.runs, j)
+			st.mu.Unlock()
+			return
+		}
+		fresh := st.newRun(j, Queued.String())
+		rr.dir, rr.rec = fresh.dir, fresh.rec
+		if err := st.writeQueued(j, rr); err != nil {
+			// The job stays queued in memory; its start fails with
+			// this, as a launch whose record cannot be written does.
+			st.log.Warn("bgjob: write queued record", "id", j.id, "err", err)
+			rr.err, rr.gone = err, true
+		}
+	}
+}
+
+// writeQueued makes a queued job's run folder, its input file and its
+// record. On failure it leaves no half-made folder.
+func (st *store) writeQueued(j *job, rr *runRec) error {
+	in := queuedInput{Stdin: rawText(j.spec.Stdin), Unique: j.spec.Unique}
+	for k, v := range j.spec.Env {
+		in.Env = append(in.Env, [2]rawText{rawText(k), rawText(v)})
+	}
+	slices.SortFunc(in.Env, func(a, b [2]rawText) int { return strings.Compare(string(a[0]), string(b[0])) })
+	err := os.MkdirAll(filepath.Dir(rr.dir), 0o700)
+	if err == nil {
+		if err = os.Mkdir(rr.dir, 0o700); errors.Is(err, os.ErrExist) {
+			err = nil
+		}
+	}
+	var b []byte
+	if err == nil {
+		b, err = json.Marshal(&in)
+	}
+	if err == nil {
+		err = writeFileSync(rr.dir, queuedFile, b)
+	}
+	if err == nil {
+		b, err = json.Marshal(&rr.rec)
+	}
+	if err == nil {
+		err = writeFileSync(rr.dir, recordFile, b)
+	}
+	if err != nil {
+		if rerr := os.RemoveAll(rr.dir); rerr != nil {
+			st.log.Warn("bgjob: remove run folder", "id", j.id, "err", rerr)
+		}
+	}
+	return err
+}
+
+// dequeued records that j, queued, is starting: its record says
+// "starting" and its input file goes. It fails, leaving no folder, if
+// the queued record could not be written or this one cannot.
+func (st *store) dequeued(j *job, rr *runRec) error {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	err := rr.err
+	if err == nil {
+		rr.rec.State, rr.rec.Started = stateStarting, j.started
+		var b []byte
+		if b, err = json.Marshal(&rr.rec); err == nil {
+			err = writeFileSync(rr.dir, recordFile, b)
+		}
+		if err != nil {
+			os.RemoveAll(rr.dir)
+		}
+	}
+	if err != nil {
+		rr.gone = true
+		st.mu.Lock()
+		delete(st.runs, j)
+		st.mu.Unlock()
+		return err
+	}
+	st.dropInput(rr)
+	return nil
+}
+
+// dropInput removes a queued job's input file (queuedFile), once it is
+// not needed.
+func (st *store) dropInput(rr *runRec) {
+	if err := os.Remove(filepath.Join(rr.dir, queuedFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		st.log.Warn("bgjob: remove queued input file", "id", rr.rec.ID, "err", err)
+	}
 }
 
 // wrap sends j's output to its run folder's file and runs its command
@@ -564,6 +696,9 @@ func (st *store) ending(j *job) func(outcome, time.Time, bool) {
 	rr.mu.Lock()
 	return func(o outcome, ended time.Time, pollable bool) {
 		defer rr.mu.Unlock()
+		if rr.rec.State == Queued.String() && !rr.gone {
+			st.dropInput(rr) // cancelled while queued
+		}
 		rr.rec.State, rr.rec.ExitCode, rr.rec.Reason, rr.rec.Notice = o.state.String(), o.exitCode, rawText(o.reason), o.notice
 		rr.rec.Usage, rr.rec.Category = nil, ""
 		if o.usage != (Usage{}) {
@@ -717,8 +852,10 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 				state: Running, exitCode: exitUnknown, pid: rec.PID,
 			}
 			j.spec.Timeout = rec.Timeout
+			j.spec.Leftovers, j.spec.Priority, j.spec.Sandbox = rec.Leftovers, rec.Priority, rec.Sandbox
 			if rec.Interactive {
-				// Its input, closed unless adoption opens it again.
+				// Its input, closed unless adoption opens it again (or
+				// it is queued: requeue gives it a new one).
 				j.spec.Interactive = true
 				j.in = newInput(false)
 				j.in.markClosed(inputByEnd)
@@ -731,6 +868,22 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 			r.seq = max(r.seq, rec.Gen)
 			var o outcome
 			switch rec.State {
+			case Queued.String():
+				// It waits in the queue again, in its place: its
+				// generation keeps its order of arrival.
+				if why := r.requeue(j, run); why != "" {
+					o = outcome{state: Failed, exitCode: exitUnknown, reason: why}
+					break
+				}
+				if old := byID[j.id]; old == nil || old.gen < j.gen {
+					if old != nil {
+						gone = append(gone, old)
+					}
+					byID[j.id] = j
+				} else {
+					gone = append(gone, j) // a newer run replaced it: cannot be
+				}
+				continue
 			case stateStarting:
 				o = outcome{state: Failed, exitCode: exitUnknown, reason: "spawn aborted"}
 			case Running.String():
@@ -741,6 +894,10 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 						}
 					}
 					p, rd, err := adoptProcess(rec, run, j.exited.Load, st.lim, r.cg, st.watch)
+					if err == errGone && rec.Leftovers == LeftoversWait {
+						// Its shell is gone; its tree may live on.
+						p, rd, err = adoptLeftovers(rec, run, j.exited.Load, st.lim, r.cg, st.watch)
+					}
 					if err != nil && err != errGone {
 						return nil, fmt.Errorf("adopt %s (process %d): %w", rec.ID, rec.PID, err)
 					}
@@ -797,7 +954,7 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 					o.limit = o.reason
 				}
 			}
-			if rec.State == stateStarting || rec.State == Running.String() {
+			if rec.State == stateStarting || rec.State == Running.String() || rec.State == Queued.String() {
 				// It ended while no Registry watched it: its end is
 				// recorded now, and its completion is owed to its
 				// session since no foreground caller is left.
@@ -845,11 +1002,17 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 	}
 	for id, j := range byID {
 		r.jobs[id] = j
-		if j.finished {
+		switch {
+		case j.finished:
 			j.retEnd, j.retBytes = j.ended, int64(len(j.fin.out.Text))
 			r.retainLocked(j)
-		} else {
+		case j.state == Queued:
+			r.waiting.push(j)
+			r.wg.Add(1) // as launch counts a queued job; runQueued or unqueue lets go
+			j.counted.Store(true)
+		default:
 			r.running++
+			j.admitted = true
 		}
 	}
 	r.evictLocked(r.now())
@@ -890,6 +1053,44 @@ func adoptJobInput(j *job, p *process, rec *record, run string) error {
 	}
 	j.in.attach(conn, onEOF)
 	return nil
+}
+
+// requeue makes j, replayed from a queued record in the run folder run,
+// a queued job again: with its environment and stdin from the input file,
+// its base environment this registry's. It returns why it cannot (the
+// job then fails), or "".
+func (r *Registry) requeue(j *job, run string) string {
+	b, err := os.ReadFile(filepath.Join(run, queuedFile))
+	var in queuedInput
+	if err == nil {
+		err = json.Unmarshal(b, &in)
+	}
+	if err != nil {
+		return "lost: queued, but its input could not be read"
+	}
+	if sb := j.spec.Sandbox; sb != nil {
+		if err := r.sandbox.ready(r.cfg.Bwrap); err != nil {
+			return "sandbox: " + err.Error()
+		}
+	}
+	j.spec.Stdin, j.spec.Unique = string(in.Stdin), in.Unique
+	j.env = r.cfg.Env
+	if len(in.Env) > 0 {
+		j.spec.Env = make(map[string]string, len(in.Env))
+		extra := make([]string, 0, len(in.Env))
+		for _, kv := range in.Env {
+			j.spec.Env[string(kv[0])] = string(kv[1])
+			extra = append(extra, string(kv[0])+"="+string(kv[1]))
+		}
+		j.env = mergeEnv(r.cfg.Env, extra)
+	}
+	if j.spec.Interactive {
+		j.in = newInput(j.spec.TTY != nil) // it has not run: its input is new
+	}
+	j.state, j.pid = Queued, 0
+	j.out = newOutbuf(r.cfg.HeadBytes, r.cfg.TailBytes)
+	j.pollable = true // no foreground caller is left to hold it
+	return ""
 }
 
 // rebuild makes a replayed job's final output from its output file: the

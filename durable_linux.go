@@ -187,6 +187,53 @@ func adoptProcess(rec *record, run string, exited func() bool, lim readLimits, c
 	return p, rd, nil
 }
 
+// adoptLeftovers takes over a job of Spec.Leftovers LeftoversWait whose
+// shell is gone (its record's process ended, while no host or a detached
+// one watched it) but whose tree lives on: its cgroup is populated, or
+// processes started since its shell carry its marker. The job is adopted
+// in its leftover phase: its shell counts as exited (the exit marker has
+// its code), and the job ends when its tree is empty. It fails with
+// errGone if the tree is empty too.
+func adoptLeftovers(rec *record, run string, exited func() bool, lim readLimits, cgs *cgroups, w *fileWatch) (*process, outputReader, error) {
+	// Its PID is no longer its shell's: it may be anyone's now.
+	p := &process{pid: -1}
+	p.adopted, p.markerDir, p.pidfdNum = true, run, -1
+	cg := string(rec.Cgroup)
+	switch {
+	case cg != "" && cgs.owns(cg):
+		if cgroupEmpty(cg, filepath.Join(cg, "cgroup.events")) {
+			return nil, nil, errGone
+		}
+		p.cgroup, p.cgs = cg, cgs
+		p.cgBase = cpuTimes{user: rec.CgroupCPUBase[0], system: rec.CgroupCPUBase[1]}
+	case cg == "" && rec.Marker != "":
+		p.marker, p.since = rec.Marker, rec.StartTime
+		probe := &process{pid: -1}
+		probe.marker, probe.since, probe.reaped = rec.Marker, rec.StartTime, true
+		n := probe.leftovers()
+		probe.close()
+		if n == 0 {
+			return nil, nil, errGone
+		}
+	default:
+		return nil, nil, errGone
+	}
+	k, err := adoptKeeper(rec.KeeperPID, rec.KeeperStart)
+	if err != nil {
+		return nil, nil, fmt.Errorf("keeper: %w", err)
+	}
+	done := func() bool { return exited() && k.exited() }
+	rd, err := newFileReader(filepath.Join(run, outputFile), done, lim, w)
+	if err != nil {
+		if k != nil {
+			k.reap(false)
+		}
+		return nil, nil, fmt.Errorf("output: %w", err)
+	}
+	p.keeper = k
+	return p, rd, nil
+}
+
 // adoptKeeper finds the keeper of an adopted job: process pid, if it is
 // still the one that started at start; nil if it is gone (or there was
 // none: a record of a version without keepers).
@@ -237,6 +284,9 @@ func stopMarked(rec *record) int {
 // waitAdopted blocks until an adopted process has exited: its pidfd turns
 // readable. It works for a process that is not the host's child.
 func (p *process) waitAdopted() error {
+	if p.pidfd == nil {
+		return nil // adopted in its leftover phase: the shell is gone
+	}
 	rc, err := p.pidfd.SyscallConn()
 	if err != nil {
 		return errReleased
@@ -256,7 +306,9 @@ func (p *process) waitAdopted() error {
 // marker, or errNoMarker. If the process happens to be the host's child,
 // it is reaped too.
 func reapAdopted(p *process) (int, error) {
-	if rc, err := p.pidfd.SyscallConn(); err == nil {
+	if p.pidfd == nil {
+		// Adopted in its leftover phase: nothing to reap.
+	} else if rc, err := p.pidfd.SyscallConn(); err == nil {
 		rc.Control(func(fd uintptr) {
 			var info unix.Siginfo
 			unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG, nil)

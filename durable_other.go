@@ -35,6 +35,10 @@ func adoptProcess(*record, string, func() bool, readLimits, *cgroups, *fileWatch
 	return nil, nil, errGone
 }
 
+func adoptLeftovers(*record, string, func() bool, readLimits, *cgroups, *fileWatch) (*process, outputReader, error) {
+	return nil, nil, errGone
+}
+
 func reserveSpare(string, int64) {}
 
 func lockStateDir(string) (*os.File, error) { return nil, ErrUnsupported }

@@ -17,8 +17,9 @@ var (
 	ErrClosed = errors.New("bgjob: registry closed")
 
 	// ErrTooManyRunning: the launch would exceed Config.MaxRunning
-	// running jobs. Returned by Start and RunForeground; joining a
-	// running job never fails with it.
+	// running jobs, or with Config.Queue, Config.MaxQueued queued ones.
+	// Returned by Start and RunForeground; joining a running or queued
+	// job never fails with it.
 	ErrTooManyRunning = errors.New("bgjob: too many running jobs")
 
 	// ErrInvalidSpec: a Spec field is malformed; the message names it.

@@ -72,7 +72,10 @@ func (r *Registry) finish(j *job, o outcome) {
 	j.finGen++
 	j.wakeReadersLocked() // the output is final: Done from now on
 	j.mu.Unlock()
-	r.running--
+	if j.admitted {
+		r.running-- // a job that never left the queue held no slot
+		j.admitted = false
+	}
 	j.retEnd, j.retBytes = now, fin.size()
 	pollable := j.pollable
 	c := Completion{ID: j.id, Session: j.spec.Session, Command: j.spec.Command, State: o.state, ExitCode: o.exitCode, Ended: now}
@@ -85,7 +88,11 @@ func (r *Registry) finish(j *job, o outcome) {
 	}
 	j.finished = true
 	r.evictLocked(j.retEnd)
+	// The slot this job held goes to the next queued job: the end of a
+	// job is the event that starts it.
+	next := r.nextLocked()
 	r.mu.Unlock()
+	r.startQueued(next)
 	close(j.over)
 	record(o, now, pollable)
 	r.jn.purge()

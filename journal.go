@@ -32,6 +32,14 @@ type journal interface {
 	// the output to the run's file.
 	wrap(j *job, pl *plan) error
 
+	// queueing begins the record of j, a new run, as queued, before the
+	// launch decides (under Registry.mu) whether j waits in the queue;
+	// the launch calls the function it returns with that decision once
+	// it has let go of Registry.mu. Until then launching and ending of
+	// j wait, so that a record of j as queued is never written after
+	// its start or its end.
+	queueing(j *job) func(queued bool)
+
 	// started records j's process: its PID and what contains it.
 	started(j *job, p *process)
 
@@ -87,6 +95,7 @@ func (memJournal) restore(*Registry) ([]adoption, error) { return nil, nil }
 func (memJournal) launching(*job) error                  { return nil }
 func (memJournal) wrap(*job, *plan) error                { return nil }
 func (memJournal) started(*job, *process)                {}
+func (memJournal) queueing(*job) func(bool)              { return endQueueing }
 func (memJournal) delivered(*job)                        {}
 func (memJournal) inputClosed(*job)                      {}
 func (memJournal) forgottenLocked(*job)                  {}
@@ -96,6 +105,8 @@ func (memJournal) close()                                {}
 func (memJournal) ending(*job) func(outcome, time.Time, bool) { return endNothing }
 
 func endNothing(outcome, time.Time, bool) {}
+
+func endQueueing(bool) {}
 
 func (memJournal) releasable() error {
 	return fmt.Errorf("durable mode (Config.StateDir) is off: %w", ErrUnsupported)

@@ -118,37 +118,61 @@ func (r *Registry) launch(ctx context.Context, op string, spec Spec, fg bool) (*
 	r.mu.Unlock()
 	j := r.newJob(spec, id, timeout)
 
+	// With a queue, the journal's record of a queued job must be written
+	// before anyone can take the job out of the queue: it holds the
+	// record from before the decision until it is written.
+	queuedRec := endQueueing
+	if r.cfg.Queue {
+		queuedRec = r.jn.queueing(j)
+	}
+	queued := false
+
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
+		queuedRec(false)
 		return nil, false, nil, fmt.Errorf("bgjob: %s: %w", op, ErrClosed)
 	}
 	// An identical launch may have come while the job was built.
 	if old := r.jobs[id]; old != nil && r.joinLocked(old, fg) {
 		r.mu.Unlock()
+		queuedRec(false)
 		return old, true, nil, nil
 	}
+	r.seq++
+	j.gen = r.seq // also its place among equals in the queue
 	if r.running >= r.cfg.MaxRunning {
-		r.mu.Unlock()
-		return nil, false, nil, fmt.Errorf("bgjob: %s: Config.MaxRunning %d: %w", op, r.cfg.MaxRunning, ErrTooManyRunning)
+		if queued = r.admitQueuedLocked(j); !queued {
+			r.mu.Unlock()
+			queuedRec(false)
+			if r.cfg.Queue {
+				return nil, false, nil, r.queueFull(op)
+			}
+			return nil, false, nil, fmt.Errorf("bgjob: %s: Config.MaxRunning %d: %w", op, r.cfg.MaxRunning, ErrTooManyRunning)
+		}
+	} else {
+		r.running++
+		j.admitted = true
 	}
 	if old := r.jobs[j.id]; old != nil {
 		r.forgetLocked(old) // a finished run: the new one replaces it
 	}
-	r.seq++
-	j.gen = r.seq
 	j.pollable = !fg
 	if fg {
 		j.holders = 1
 	}
 	r.jobs[j.id] = j
-	r.running++
-	r.wg.Add(1) // the launch; the supervisor inherits it
+	r.wg.Add(1) // the launch; the supervisor inherits it (a queued job's, runQueued)
 	j.counted.Store(true)
 	r.evictLocked(r.now())
 	r.mu.Unlock()
+	queuedRec(queued)
 
 	r.jn.purge()
+	if queued {
+		// A slot's end starts it (runQueued); the caller gets it Queued.
+		return j, false, nil, nil
+	}
 	settled := false
 	if fg {
 		// A hook that panics during the launch (JobStarted, or the
@@ -248,6 +272,9 @@ func (r *Registry) prepare(spec Spec) (Spec, ID, time.Duration, error) {
 	}
 	if spec.IdleTimeout < 0 {
 		return Spec{}, "", 0, specError("IdleTimeout", "negative (%v)", spec.IdleTimeout)
+	}
+	if spec.Leftovers != LeftoversStop && spec.Leftovers != LeftoversWait {
+		return Spec{}, "", 0, specError("Leftovers", "%d is neither LeftoversStop nor LeftoversWait", int(spec.Leftovers))
 	}
 	if field, why := spec.Limits.check(); field != "" {
 		return Spec{}, "", 0, specError(field, "%s", why)

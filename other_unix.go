@@ -130,6 +130,12 @@ func liveMembers(pgid int) []int {
 	return []int{-1}
 }
 
+// treeCount counts the live processes of the group, for the leftover
+// watcher; it reads only the shell's PID, which never changes. (The shell
+// was reaped by leftovers: the group's ID stays the job's while a member
+// is in it.)
+func (p *process) treeCount() int { return len(liveMembers(p.pid)) }
+
 // awaitEmpty waits until the group has no process or the deadline passes.
 // No event reports the death of a process that is not our child, so it
 // checks at growing intervals.

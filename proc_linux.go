@@ -509,11 +509,11 @@ var pidMax = sync.OnceValue(func() int {
 	return n
 })
 
-// procStat is what members needs of /proc/PID/stat.
+// procStat is what members (and a listing) needs of /proc/PID/stat.
 type procStat struct {
-	state         byte
-	pgrp, session int
-	start         uint64 // clock ticks after boot
+	state               byte
+	ppid, pgrp, session int
+	start               uint64 // clock ticks after boot
 }
 
 // live reports whether the process is neither a zombie nor dead.
@@ -543,10 +543,11 @@ func readStat(pid string, buf []byte) (procStat, bool) {
 	if len(f) < 20 {
 		return procStat{}, false
 	}
+	ppid, _ := strconv.Atoi(string(f[1]))
 	pg, err1 := strconv.Atoi(string(f[2]))
 	sid, err2 := strconv.Atoi(string(f[3]))
 	start, err3 := strconv.ParseUint(string(f[19]), 10, 64)
-	return procStat{state: f[0][0], pgrp: pg, session: sid, start: start}, err1 == nil && err2 == nil && err3 == nil
+	return procStat{state: f[0][0], ppid: ppid, pgrp: pg, session: sid, start: start}, err1 == nil && err2 == nil && err3 == nil
 }
 
 // hasMarker reports whether the environment process pid started with

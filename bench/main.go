@@ -9,7 +9,8 @@
 //	go run . -strict  # exit 1 if a target is missed
 //
 // It is Linux-only: the foreground latency uses the kernel's process
-// events connector (root) to learn when a child exited.
+// events connector (root) to learn when a child exited. Elsewhere it
+// only says so (other.go).
 package main
 
 import (
@@ -39,7 +40,7 @@ var (
 	quick = sizes{interactive: 200, spawn: 200, foreground: 200, capture: 64 << 20, captureRuns: 3, fanout: 200, retained: 1000, calls: 5000, coalesce: 200}
 )
 
-var workloads = []string{"spawn", "sandbox", "foreground", "capture", "fanout", "status", "coalesce", "interactive"}
+var workloads = []string{"spawn", "sandbox", "foreground", "capture", "fanout", "status", "coalesce", "interactive", "tree"}
 
 func main() {
 	var (
@@ -47,11 +48,17 @@ func main() {
 		strict    = flag.Bool("strict", false, "exit 1 if bgjob misses a target")
 		only      = flag.String("only", "", "comma-separated workloads to run: "+strings.Join(workloads, ","))
 		child     = flag.String("capture-child", "", "internal: run one capture in this process")
+		listen    = flag.Bool("listen-child", false, "internal: be a dev server for the tree workload")
+		chatty    = flag.Bool("chatty", false, "internal: with -listen-child, write a line every 500 µs")
 		childN    = flag.Int64("capture-bytes", 0, "internal: bytes for -capture-child")
 	)
 	flag.Parse()
 	if *child != "" {
 		captureChild(*child, *childN)
+		return
+	}
+	if *listen {
+		listenChild(*chatty)
 		return
 	}
 	sz := full
@@ -151,6 +158,17 @@ func main() {
 		rows = append(rows, interactiveRows(s)...)
 		notes = append(notes, fmt.Sprintf("interactive: %d sequential runs of /bin/sh -c true on a new pseudo-terminal per implementation, interleaved; os/exec opens it with x/sys/unix as bgjob does, starts the shell with Setsid+Setctty and reads the master to its end; bgjob in its cgroup %.2f× os/exec; round trips: %d lines written one at a time to cat (pipe: median %v; terminal with echo off: median %v)",
 			sz.interactive, float64(s.ttyCgroup)/float64(s.ptyOS), sz.interactive, s.pipeRTT.median().Round(time.Microsecond), s.ttyRTT.median().Round(time.Microsecond)))
+	})
+	step("tree", func() {
+		n := max(sz.calls/10, 500)
+		for _, cg := range []string{"", "off"} {
+			t := runTree(n, cg)
+			rows = append(rows, treeRows(t)...)
+			if t.err == "" {
+				notes = append(notes, fmt.Sprintf("tree (%s): a dev server (a listener and a sleep that its shell left running, LeftoversWait), %d processes and %d port in each snapshot; %d Status calls of it quiet, then %d of a chatty one (a line every 500 µs, 1 ms between calls: %d calls came after output, each listing the tree anew)",
+					t.mode, t.procs, t.ports, n, n, t.chattyListings))
+			}
+		}
 	})
 	failed := render(os.Stdout, rows)
 	fmt.Println()

@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -21,7 +23,31 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(listenHelperEnv) == "1" {
+		os.Exit(listenHelper())
+	}
 	goleak.VerifyTestMain(m)
+}
+
+// listenHelperEnv makes the test binary a stand-in for a dev server (the
+// helper-process pattern of os/exec's tests): it listens on an ephemeral
+// loopback port, says "port N", and serves until killed.
+const listenHelperEnv = "MCPSERVER_TEST_LISTEN"
+
+func listenHelper() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("port %d\n", l.Addr().(*net.TCPAddr).Port)
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return 1
+		}
+		c.Close()
+	}
 }
 
 // testDeadline bounds every wait of a test for an event.
@@ -255,7 +281,7 @@ func TestToolsListed(t *testing.T) {
 		t.Errorf("got %d tools; want 6", len(res.Tools))
 	}
 	schema, _ := json.Marshal(got["shell"].InputSchema)
-	for _, prop := range []string{"command", "cwd", "timeout_ms", "idle_timeout_ms", "wait_ms", "background", "stdin", "interactive", "tty", "rows", "cols"} {
+	for _, prop := range []string{"command", "cwd", "timeout_ms", "idle_timeout_ms", "wait_ms", "background", "stdin", "interactive", "tty", "rows", "cols", "leftovers", "priority"} {
 		if !strings.Contains(string(schema), `"`+prop+`"`) {
 			t.Errorf("shell input schema %s: no property %s", schema, prop)
 		}
@@ -670,6 +696,34 @@ func TestMaxRunning(t *testing.T) {
 	}
 	c.mustCall("shell_cancel", map[string]any{"job_id": id}, nil)
 	c.mustCall("shell", map[string]any{"command": "true"}, nil)
+}
+
+// With Queue, a command beyond MaxRunning waits: the shell call detaches
+// with it queued at its place, shell_list shows it so, and it runs once
+// the running job ends.
+func TestQueue(t *testing.T) {
+	srv := newTestServer(t, Options{MaxRunning: 1, Queue: true, MaxQueued: 1})
+	c := connect(t, srv)
+	first := c.background("sleep 30")
+	var out ShellOutput
+	c.mustCall("shell", map[string]any{"command": "echo queued", "wait_ms": 100}, &out)
+	if !out.Detached || out.State != "queued" || out.QueuePosition != 1 || out.ExitCode != nil {
+		t.Fatalf("got %+v; want detached, queued at place 1", out)
+	}
+	if got := c.mustFail("shell", map[string]any{"command": "echo one too many"}); !strings.Contains(got, "too many") {
+		t.Errorf("past -max-queued: %q; want too many jobs", got)
+	}
+	var list ListOutput
+	c.mustCall("shell_list", nil, &list)
+	if len(list.Jobs) != 2 || list.Jobs[1].State != "queued" || list.Jobs[1].QueuePosition != 1 {
+		t.Errorf("shell_list: %+v; want the second job queued at place 1", list.Jobs)
+	}
+	c.mustCall("shell_cancel", map[string]any{"job_id": first}, nil)
+	var res JobResult
+	c.mustCall("shell_wait", map[string]any{"job_id": out.JobID}, &res)
+	if res.State != "exited" || res.Output != "queued\n" {
+		t.Errorf("queued job: %+v; want exited with its output", res)
+	}
 }
 
 func TestStateDirJobSurvivesRestart(t *testing.T) {

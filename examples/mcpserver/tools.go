@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,6 +35,8 @@ type ShellInput struct {
 	TTY           bool   `json:"tty,omitempty" jsonschema:"run the command under a pseudo-terminal (implies interactive), for prompts, REPLs and full-screen programs; shell_status and shell_write then return its screen; wait_ms defaults to 1000"`
 	Rows          int    `json:"rows,omitempty" jsonschema:"the terminal's height with tty; 0 means 24"`
 	Cols          int    `json:"cols,omitempty" jsonschema:"the terminal's width with tty; 0 means 80"`
+	Leftovers     string `json:"leftovers,omitempty" jsonschema:"what happens to processes still running when the shell exits: stop (the default) stops them; wait keeps the job running until the last of them ends, as for a dev server started with &"`
+	Priority      int    `json:"priority,omitempty" jsonschema:"when the server queues commands (-queue), a higher priority starts sooner; default 0"`
 }
 
 // ScreenOutput is what a TTY job's terminal shows.
@@ -49,7 +52,8 @@ type ShellOutput struct {
 	Detached        bool          `json:"detached" jsonschema:"true if the command is still running: use job_id with shell_status, shell_wait or shell_cancel"`
 	JobID           string        `json:"job_id,omitempty" jsonschema:"the job's ID; set only when detached"`
 	Joined          bool          `json:"joined,omitempty" jsonschema:"an identical command of this session was already running and this call joined it"`
-	State           string        `json:"state" jsonschema:"running, exited, cancelled, timed_out or failed"`
+	State           string        `json:"state" jsonschema:"queued, running, exited, cancelled, timed_out or failed"`
+	QueuePosition   int           `json:"queue_position,omitempty" jsonschema:"while queued, its place in the queue: 1 starts next"`
 	ExitCode        *int          `json:"exit_code,omitempty" jsonschema:"the exit status once the command has ended (124 timed out, 130 cancelled, 128+n killed by signal n, -1 failed to start)"`
 	Output          string        `json:"output" jsonschema:"stdout and stderr interleaved; when too long, the head, an omission line and the tail"`
 	OutputBytes     int64         `json:"output_bytes" jsonschema:"bytes the command has written so far"`
@@ -80,7 +84,7 @@ type StatusInput struct {
 type StatusOutput struct {
 	JobID       string        `json:"job_id"`
 	Command     string        `json:"command"`
-	State       string        `json:"state" jsonschema:"running, exited, cancelled, timed_out or failed"`
+	State       string        `json:"state" jsonschema:"queued, running, exited, cancelled, timed_out or failed"`
 	ExitCode    *int          `json:"exit_code,omitempty" jsonschema:"the exit status once the job has ended"`
 	Output      string        `json:"output" jsonschema:"output from offset up to next_offset"`
 	Offset      int64         `json:"offset" jsonschema:"absolute offset of the first byte of output"`
@@ -124,7 +128,7 @@ type WaitInput struct {
 type JobResult struct {
 	JobID           string `json:"job_id"`
 	Command         string `json:"command"`
-	State           string `json:"state" jsonschema:"running, exited, cancelled, timed_out or failed"`
+	State           string `json:"state" jsonschema:"queued, running, exited, cancelled, timed_out or failed"`
 	Done            bool   `json:"done" jsonschema:"the job has ended"`
 	ExitCode        *int   `json:"exit_code,omitempty" jsonschema:"the exit status once the job has ended"`
 	Output          string `json:"output" jsonschema:"the job's output; when too long, the head, an omission line and the tail"`
@@ -144,16 +148,26 @@ type ListOutput struct {
 
 // JobInfo describes one job in shell_list.
 type JobInfo struct {
-	JobID       string `json:"job_id"`
-	Command     string `json:"command"`
-	Cwd         string `json:"cwd"`
-	State       string `json:"state"`
-	ExitCode    *int   `json:"exit_code,omitempty"`
-	PID         int    `json:"pid,omitempty"`
-	Started     string `json:"started" jsonschema:"RFC 3339"`
-	Ended       string `json:"ended,omitempty" jsonschema:"RFC 3339"`
-	OutputBytes int64  `json:"output_bytes"`
-	Reason      string `json:"reason,omitempty"`
+	JobID         string        `json:"job_id"`
+	Command       string        `json:"command"`
+	Cwd           string        `json:"cwd"`
+	State         string        `json:"state" jsonschema:"queued, running, exited, cancelled, timed_out or failed"`
+	QueuePosition int           `json:"queue_position,omitempty" jsonschema:"while queued, its place in the queue: 1 starts next"`
+	ExitCode      *int          `json:"exit_code,omitempty"`
+	PID           int           `json:"pid,omitempty"`
+	Started       string        `json:"started" jsonschema:"RFC 3339"`
+	Ended         string        `json:"ended,omitempty" jsonschema:"RFC 3339"`
+	OutputBytes   int64         `json:"output_bytes"`
+	Reason        string        `json:"reason,omitempty"`
+	Processes     []ProcessInfo `json:"processes,omitempty" jsonschema:"while running, the live processes of the job (Linux)"`
+	Ports         []int         `json:"ports,omitempty" jsonschema:"while running, the TCP ports its processes listen on (Linux)"`
+}
+
+// ProcessInfo is a live process of a running job, in shell_list.
+type ProcessInfo struct {
+	PID     int    `json:"pid"`
+	PPID    int    `json:"ppid" jsonschema:"its parent's PID"`
+	Command string `json:"command" jsonschema:"its command line"`
 }
 
 func (s *Server) addTools() {
@@ -187,8 +201,9 @@ func (s *Server) addTools() {
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true},
 	}, s.cancel)
 	mcp.AddTool(s.mcp, &mcp.Tool{
-		Name:        "shell_list",
-		Description: "List this session's jobs: running ones and those kept after their end.",
+		Name: "shell_list",
+		Description: "List this session's jobs: queued, running, and those kept after their end. " +
+			"A running job shows its live processes and the TCP ports they listen on (a dev server's port).",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
 	}, s.list)
 }
@@ -211,6 +226,14 @@ func (s *Server) shell(ctx context.Context, req *mcp.CallToolRequest, in ShellIn
 		Stdin:       in.Stdin,
 		Timeout:     time.Duration(in.TimeoutMs) * time.Millisecond,
 		IdleTimeout: time.Duration(in.IdleTimeoutMs) * time.Millisecond,
+		Priority:    in.Priority,
+	}
+	switch in.Leftovers {
+	case "", "stop":
+	case "wait":
+		spec.Leftovers = bgjob.LeftoversWait
+	default:
+		return nil, ShellOutput{}, fmt.Errorf("leftovers %q: want stop or wait", in.Leftovers)
 	}
 	spec.Interactive = in.Interactive
 	if in.TTY {
@@ -339,7 +362,7 @@ func launchError(err error) error {
 	case errors.Is(err, bgjob.ErrRejected):
 		return fmt.Errorf("refused: %w", err)
 	case errors.Is(err, bgjob.ErrTooManyRunning):
-		return errors.New("too many jobs are running; wait for or cancel one (see shell_list)")
+		return errors.New("too many jobs are running (or waiting in the queue); wait for or cancel one (see shell_list)")
 	case errors.Is(err, bgjob.ErrInvalidSpec):
 		return fmt.Errorf("invalid call: %w", err)
 	case errors.Is(err, bgjob.ErrClosed):
@@ -364,17 +387,18 @@ func elapsed(snap bgjob.Snapshot) time.Duration {
 
 func shellOutput(snap bgjob.Snapshot, detached bool) ShellOutput {
 	out := ShellOutput{
-		Detached:     detached,
-		Joined:       snap.Joined,
-		State:        snap.State.String(),
-		ExitCode:     exitCode(snap),
-		Output:       snap.Output.Text,
-		OutputBytes:  snap.Output.Total,
-		OmittedBytes: snap.Output.Omitted,
-		NextOffset:   snap.Output.Total,
-		DurationMs:   elapsed(snap).Milliseconds(),
-		Reason:       snap.Reason,
-		Notice:       snap.Output.Notice,
+		Detached:      detached,
+		Joined:        snap.Joined,
+		State:         snap.State.String(),
+		QueuePosition: snap.QueuePosition,
+		ExitCode:      exitCode(snap),
+		Output:        snap.Output.Text,
+		OutputBytes:   snap.Output.Total,
+		OmittedBytes:  snap.Output.Omitted,
+		NextOffset:    snap.Output.Total,
+		DurationMs:    elapsed(snap).Milliseconds(),
+		Reason:        snap.Reason,
+		Notice:        snap.Output.Notice,
 	}
 	out.CPUMs, out.PeakMemoryBytes = usage(snap)
 	if detached {
@@ -388,6 +412,8 @@ func shellOutput(snap bgjob.Snapshot, detached bool) ShellOutput {
 func shellText(out ShellOutput, wait time.Duration) string {
 	var b strings.Builder
 	switch {
+	case out.Detached && out.State == "queued":
+		fmt.Fprintf(&b, "queued (place %d) as %s: it starts when a running job ends.", out.QueuePosition, out.JobID)
 	case out.Detached && wait == 0:
 		fmt.Fprintf(&b, "started in the background as %s.", out.JobID)
 	case out.Detached:
@@ -723,25 +749,43 @@ func (s *Server) list(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (
 	fmt.Fprintf(&b, "%d jobs.", len(snaps))
 	for _, snap := range snaps {
 		info := JobInfo{
-			JobID:       string(snap.ID),
-			Command:     snap.Command,
-			Cwd:         snap.Dir,
-			State:       snap.State.String(),
-			ExitCode:    exitCode(snap),
-			PID:         snap.PID,
-			Started:     snap.Started.UTC().Format(time.RFC3339Nano),
-			OutputBytes: snap.Output.Total,
-			Reason:      snap.Reason,
+			JobID:         string(snap.ID),
+			Command:       snap.Command,
+			Cwd:           snap.Dir,
+			State:         snap.State.String(),
+			QueuePosition: snap.QueuePosition,
+			ExitCode:      exitCode(snap),
+			PID:           snap.PID,
+			Started:       snap.Started.UTC().Format(time.RFC3339Nano),
+			OutputBytes:   snap.Output.Total,
+			Reason:        snap.Reason,
+			Ports:         snap.Ports,
 		}
 		if !snap.Ended.IsZero() {
 			info.Ended = snap.Ended.UTC().Format(time.RFC3339Nano)
 		}
+		for _, p := range snap.Processes {
+			info.Processes = append(info.Processes, ProcessInfo{PID: p.PID, PPID: p.PPID, Command: p.Command})
+		}
 		out.Jobs = append(out.Jobs, info)
 		fmt.Fprintf(&b, "\n%s %s", info.JobID, info.State)
-		if info.ExitCode != nil {
+		switch {
+		case info.ExitCode != nil:
 			fmt.Fprintf(&b, " (exit %d)", *info.ExitCode)
+		case info.QueuePosition > 0:
+			fmt.Fprintf(&b, " (place %d)", info.QueuePosition)
 		}
 		fmt.Fprintf(&b, ": %s", oneLine(info.Command, 80))
+		if len(info.Ports) > 0 {
+			ports := make([]string, len(info.Ports))
+			for i, p := range info.Ports {
+				ports[i] = strconv.Itoa(p)
+			}
+			fmt.Fprintf(&b, "\n  listening on port %s", strings.Join(ports, ", "))
+		}
+		for _, p := range info.Processes {
+			fmt.Fprintf(&b, "\n  pid %d (parent %d): %s", p.PID, p.PPID, oneLine(p.Command, 80))
+		}
 	}
 	return textResult(b.String()), out, nil
 }

@@ -7,7 +7,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, mkdirSync, readFileSync, realpathSync, rmSync, symlinkSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { createConnection, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -128,7 +128,7 @@ test('lists the six tools with input and output schemas', async () => {
     }
     const shell = tools.find((t) => t.name === 'shell');
     assert.deepEqual(shell.inputSchema.required, ['command']);
-    for (const p of ['command', 'cwd', 'timeout_ms', 'idle_timeout_ms', 'wait_ms', 'background', 'stdin', 'interactive', 'tty', 'rows', 'cols']) {
+    for (const p of ['command', 'cwd', 'timeout_ms', 'idle_timeout_ms', 'wait_ms', 'background', 'stdin', 'interactive', 'tty', 'rows', 'cols', 'leftovers', 'priority']) {
       assert.ok(p in shell.inputSchema.properties, `shell input has ${p}`);
     }
   } finally {
@@ -259,6 +259,61 @@ test('two clients cannot see each other\'s jobs', async () => {
   } finally {
     await a.close();
     await b.close();
+  }
+});
+
+test('shell_list shows a dev server\'s processes and port; cancel frees the port', async () => {
+  const s = await start();
+  try {
+    // A dev server its shell starts in the background (node, which this
+    // test runs on, as the server), kept running with leftovers: "wait".
+    const server = `${JSON.stringify(process.execPath)} -e "require('net').createServer().listen(0, '127.0.0.1', function () { console.log('port ' + this.address().port) })"`;
+    const res = await s.ok('shell', { command: `${server} & echo started`, background: true, leftovers: 'wait' });
+    const id = res.structuredContent.job_id;
+    let port = 0;
+    const until = Date.now() + DEADLINE_MS;
+    while (!port) {
+      const st = (await s.ok('shell_status', { job_id: id })).structuredContent;
+      const m = /port (\d+)/.exec(st.output);
+      if (m) port = Number(m[1]);
+      else {
+        assert.ok(Date.now() < until && !st.done, `the server said its port: ${JSON.stringify(st)}`);
+        await s.ok('shell_wait', { job_id: id, timeout_ms: 100 });
+      }
+    }
+    const list = await s.ok('shell_list');
+    const job = list.structuredContent.jobs.find((j) => j.job_id === id);
+    assert.equal(job.state, 'running', 'the job runs as long as its server');
+    assert.deepEqual(job.ports, [port]);
+    assert.ok(job.processes.some((p) => p.command.includes('createServer')), `the server among ${JSON.stringify(job.processes)}`);
+    assert.match(list.content[0].text, new RegExp(`listening on port ${port}`));
+
+    assert.equal((await s.ok('shell_cancel', { job_id: id })).structuredContent.state, 'cancelled');
+    await assert.rejects(new Promise((resolve, reject) => {
+      const c = createConnection(port, '127.0.0.1', () => { c.end(); resolve(); });
+      c.on('error', reject);
+    }), /ECONNREFUSED/, 'the port is free after cancel');
+  } finally {
+    await s.close();
+  }
+});
+
+test('-queue: a command beyond -max-running waits, queued, and runs when a slot frees', async () => {
+  const s = await start(['-max-running', '1', '-queue']);
+  try {
+    const { job_id: first } = (await s.ok('shell', { command: 'sleep 60', background: true })).structuredContent;
+    const q = (await s.ok('shell', { command: 'echo my turn', wait_ms: 200 })).structuredContent;
+    assert.equal(q.detached, true);
+    assert.equal(q.state, 'queued');
+    assert.equal(q.queue_position, 1);
+    const list = (await s.ok('shell_list')).structuredContent;
+    assert.deepEqual(list.jobs.map((j) => [j.state, j.queue_position]), [['running', undefined], ['queued', 1]]);
+    await s.ok('shell_cancel', { job_id: first });
+    const w = (await s.ok('shell_wait', { job_id: q.job_id, timeout_ms: DEADLINE_MS })).structuredContent;
+    assert.equal(w.state, 'exited');
+    assert.equal(w.output, 'my turn\n');
+  } finally {
+    await s.close();
   }
 });
 
