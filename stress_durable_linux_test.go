@@ -93,9 +93,9 @@ type dStress struct {
 
 	// regMu: the workers hold it for reading while they use reg, a
 	// restart for writing while it swaps reg. cancelGate: Cancel holds
-	// it for reading, a restart for writing from before its Detach (see
-	// the note on Cancel in the package's notes: Cancel of a released
-	// job never returns).
+	// it for reading, a restart for writing from before its Detach, since
+	// Cancel of a job that Detach released never returns (a library bug:
+	// TestReproCancelAfterDetachNeverReturns).
 	regMu, cancelGate sync.RWMutex
 	reg               *bgjob.Registry
 	gen               int // the test's registries so far
