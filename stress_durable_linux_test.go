@@ -101,6 +101,7 @@ type dStress struct {
 	gen               int // the test's registries so far
 	restarting        atomic.Bool
 	closing           atomic.Bool
+	broken            atomic.Bool // a restart failed: the workers stop
 
 	mu        sync.Mutex
 	want      map[int]*[2]int   // spec index: runs that owe a completion, at least and at most
@@ -179,6 +180,12 @@ func (ds *dStress) run(dur time.Duration) {
 			rng := rand.New(rand.NewPCG(ds.seed, uint64(i)+100))
 			for !stop.Load() {
 				ds.regMu.RLock()
+				if ds.broken.Load() {
+					// A restart failed: ds.reg is detached, and a
+					// Cancel on it would never return.
+					ds.regMu.RUnlock()
+					return
+				}
 				ds.op(rng, ds.reg)
 				ds.regMu.RUnlock()
 			}

@@ -68,6 +68,8 @@ func (ds *dStress) restart(round int, crash, pressure bool) bool {
 	}
 	ds.regMu.Lock()
 	defer ds.regMu.Unlock()
+	ok := false
+	defer func() { ds.broken.Store(!ok) }() // runs before the unlocks: no worker uses a detached registry
 	if !racing {
 		err = old.Detach()
 	}
@@ -97,6 +99,7 @@ func (ds *dStress) restart(round int, crash, pressure bool) bool {
 			ds.checkSnap(fmt.Sprintf("List after restart %d", round), r, snap)
 		}
 	}
+	ok = true
 	return true
 }
 
