@@ -123,7 +123,14 @@ type Config struct {
 	// timeouts measured from its original start. A job whose shell is
 	// gone becomes Exited with the code of its exit marker, or Failed
 	// with Reason "lost" if there is none (it was killed by SIGKILL, or
-	// the machine restarted). A job recorded as starting becomes Failed
+	// the machine restarted); its text is rebuilt once the process that
+	// copies its output to the file while no host runs has copied the
+	// last of it (New waits up to 2s in all for those; a text that may
+	// end early then says so in Output.Notice). A job that a host had
+	// begun to stop (Cancel, a timeout, Close) when it died ends as that
+	// stop ends it (Cancelled or TimedOut), not with the exit status the
+	// stop's signal gave it; if it still runs, the Registry that adopts
+	// it goes on stopping it. A job recorded as starting becomes Failed
 	// with Reason "spawn aborted". A record that cannot be read is moved
 	// to StateDir/quarantine/ and logged to Logger; it never makes New
 	// fail. Finished jobs are kept within Retention as in memory mode; a

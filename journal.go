@@ -10,7 +10,8 @@ import (
 // step of every job's life, whatever the mode, and holds no other trace
 // of durable mode; memJournal, for memory mode, does nothing.
 //
-// The registry calls launching, wrap, started and ending in that order,
+// The registry calls launching, wrap, started, stopping (if the job is
+// stopped) and ending in that order,
 // for each job from its own launch or supervisor, outside Registry.mu;
 // delivered and purge from any goroutine, outside Registry.mu;
 // forgottenLocked with Registry.mu held. None calls a hook.
@@ -34,6 +35,11 @@ type journal interface {
 
 	// started records j's process: its PID and what contains it.
 	started(j *job, p *process)
+
+	// stopping records why j's supervisor is about to stop it (a
+	// Cancel, a timeout, Close), before its first signal, so that the
+	// end is known even if the host dies before it.
+	stopping(j *job, o outcome)
 
 	// ending begins the record of j's end; the registry calls the
 	// function it returns once the end is in its table. Between the
@@ -83,6 +89,7 @@ func (memJournal) restore(*Registry) ([]adoption, error) { return nil, nil }
 func (memJournal) launching(*job) error                  { return nil }
 func (memJournal) wrap(*job, *plan) error                { return nil }
 func (memJournal) started(*job, *process)                {}
+func (memJournal) stopping(*job, outcome)                {}
 func (memJournal) delivered(*job)                        {}
 func (memJournal) forgottenLocked(*job)                  {}
 func (memJournal) purge()                                {}
@@ -103,4 +110,5 @@ type adoption struct {
 	p       *process
 	rd      outputReader
 	lastOut time.Time // when the job last wrote output, as far as the journal knows
+	stop    *outcome  // a stop its last host began: the supervisor goes on with it
 }

@@ -56,8 +56,6 @@ func (l *dLog) Handle(_ context.Context, r slog.Record) error {
 // descriptor pressure if pressure is set. It returns false if the test
 // cannot go on.
 func (ds *dStress) restart(round int, crash, pressure bool) bool {
-	ds.cancelGate.Lock()
-	defer ds.cancelGate.Unlock()
 	ds.restarting.Store(true)
 	old := ds.reg // only this goroutine writes ds.reg
 	racing := ds.rng.IntN(2) == 0
@@ -109,27 +107,13 @@ func (ds *dStress) restart(round int, crash, pressure bool) bool {
 func (ds *dStress) open(pressure bool) *bgjob.Registry {
 	cfg := ds.config()
 	// No host runs now, and no Registry of this process: the state
-	// directory's lock must be free. If it is not, say who holds it,
-	// and wait for it for a while.
-	var held []string
-	begin := time.Now()
-	for {
-		h := dLockHolders(ds.state)
-		if len(h) == 0 {
-			break
-		}
-		if held == nil {
-			held = h
-			ds.n.inUse.Add(1)
-		}
-		if time.Since(begin) > deadline {
-			ds.fail("the state directory's lock is still held %v after the last host's end, by %v", deadline, held)
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond) // polling the lock's release, with a deadline
-	}
-	if held != nil {
-		ds.fail("the state directory's lock was held for %v while no host ran, by %v", time.Since(begin).Round(time.Millisecond), held)
+	// directory's lock should be free. A dead crash host's lock may
+	// linger for a moment (a child it was spawning holds a copy of the
+	// descriptor until its exec), and New waits for it: the sighting is
+	// counted, and New must still succeed.
+	if h := dLockHolders(ds.state); len(h) > 0 {
+		ds.n.inUse.Add(1)
+		ds.t.Logf("the state directory's lock is held while no host runs, by %v", h)
 	}
 	if !pressure {
 		r, err := bgjob.New(cfg)

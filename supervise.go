@@ -89,6 +89,9 @@ type supervisor struct {
 	released             bool // Detach released the job: end lets go of it unfinished
 	settled              bool // p.settle was called
 	over                 bool // runHere supervised the job to its end
+	// resume is the stop that an adopted job's last host began and did
+	// not finish; watch begins it again first.
+	resume *outcome
 }
 
 func (r *Registry) newSupervisor(j *job, p *process, rd outputReader, waited <-chan struct{}, watching bool) *supervisor {
@@ -122,8 +125,11 @@ func (s *supervisor) runHere() {
 }
 
 // begin starts to stop the job: SIGTERM now, SIGKILL after the grace.
+// The journal records why first, so that a host that dies meanwhile
+// leaves the job's end known.
 func (s *supervisor) begin(o outcome, now time.Time) {
 	s.stopping, s.cause, s.killAt = true, o, now.Add(s.grace)
+	s.r.jn.stopping(s.j, o)
 	s.signal(false)
 }
 
@@ -165,6 +171,12 @@ func (s *supervisor) watch(until time.Time, quit <-chan struct{}) bool {
 		if !s.stopping && j.stopReq.Load() == stopRelease {
 			s.released = true
 			return true
+		}
+		if s.resume != nil {
+			if !s.stopping {
+				s.begin(*s.resume, now)
+			}
+			s.resume = nil
 		}
 		// A stop: by request, or by a timeout, unless the shell has
 		// exited already (its leftovers are end's business).
@@ -276,6 +288,7 @@ func (s *supervisor) end() {
 		<-s.waited
 		j.watchUsage(nil)
 		p.close()
+		close(j.released) // a Cancel waiting for the job's end returns
 		return
 	}
 
