@@ -289,6 +289,12 @@ func openStore(c *Config) (*store, []byte, error) {
 // the lock; after close (a Completions call on a closed registry records
 // a delivery) it takes the lock again for the write, unless another
 // Registry holds it now, which then owns the records: nothing is written.
+//
+// The writes after close take the lock one at a time (relocking), in the
+// whole process: two at once would find the lock held, by this very
+// process, and the second would be refused as if another Registry owned
+// the records, leaving a delivery unrecorded (TestStressDurable saw a
+// completion delivered twice so).
 func (st *store) relock() (unlock func(), ok bool) {
 	st.mu.Lock()
 	held := st.lock != nil
@@ -296,13 +302,22 @@ func (st *store) relock() (unlock func(), ok bool) {
 	if held {
 		return func() {}, true
 	}
+	relocking.Lock()
 	l, err := lockStateDir(st.dir)
 	if err != nil {
+		relocking.Unlock()
 		st.log.Warn("bgjob: record not written after Close", "err", err)
 		return nil, false
 	}
-	return func() { unlockStateDir(l) }, true
+	return func() {
+		unlockStateDir(l)
+		relocking.Unlock()
+	}, true
 }
+
+// relocking serializes relock's takings of a lock; see there. A record
+// lock (runRec.mu) may be held when it is taken, never the reverse.
+var relocking sync.Mutex
 
 // close lets go of the state directory, once the registry has ended: the
 // next New on it may proceed.

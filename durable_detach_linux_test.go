@@ -445,3 +445,46 @@ func TestDurableStopRecorded(t *testing.T) {
 		t.Errorf("replayed: %v %d %v; want cancelled 130", f.State, f.ExitCode, err)
 	}
 }
+
+// Completions drained from several goroutines after Close (or Detach)
+// each record their delivery: the records are written under the state
+// directory's lock taken again, one writer at a time, and no completion
+// comes back from the next Registry.
+func TestDurableDeliveriesAfterCloseAreRecorded(t *testing.T) {
+	cfg := durable(t)
+	r1, err := bgjob.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const sessions = 16
+	for i := range sessions {
+		s, err := r1.Start(ctxT(t), bgjob.Spec{Command: "true", Session: fmt.Sprint("s", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait(t, r1, s.ID)
+	}
+	r1.Close(ctxT(t))
+	start := make(chan struct{})
+	got := make(chan int, sessions)
+	for i := range sessions {
+		go func() {
+			<-start
+			got <- len(r1.Completions(fmt.Sprint("s", i)))
+		}()
+	}
+	close(start)
+	n := 0
+	for range sessions {
+		n += <-got
+	}
+	if n != sessions {
+		t.Fatalf("%d completions delivered after Close; want %d", n, sessions)
+	}
+	r2 := newRegistry(t, cfg)
+	for i := range sessions {
+		if c := r2.Completions(fmt.Sprint("s", i)); len(c) != 0 {
+			t.Errorf("session s%d: %d completions again from the next Registry; want none", i, len(c))
+		}
+	}
+}

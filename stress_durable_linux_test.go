@@ -654,7 +654,7 @@ func (ds *dStress) verify() {
 	t.Logf("checks: %d snapshots, %d bytes of output compared; polls: %d Status, %d Wait, %d Read (%d past the end), %d Cancel (%d of a job a racing Detach had released), %d List, %d drains, %d not found",
 		n.snaps.Load(), n.bytesChecked.Load(), n.status.Load(), n.wait.Load(), n.reads.Load(), n.readPast.Load(), n.cancels.Load(), n.cancelReleased.Load(), n.lists.Load(), n.drains.Load(), n.notFound.Load())
 	ds.logs.mu.Lock()
-	t.Logf("the registries logged %d records; the first: %q", ds.logs.n, ds.logs.first)
+	t.Logf("the registries logged %d records (by message: %v); the first: %q", ds.logs.n, ds.logs.byMsg, ds.logs.first)
 	ds.logs.mu.Unlock()
 	if ds.failures.Load() > 40 {
 		t.Errorf("%d failures in all (the first 40 shown)", ds.failures.Load())

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,6 +33,7 @@ import (
 type dLog struct {
 	mu    sync.Mutex
 	n     int
+	byMsg map[string]int
 	first []string
 }
 
@@ -45,6 +47,10 @@ func (l *dLog) Handle(_ context.Context, r slog.Record) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.n++
+	if l.byMsg == nil {
+		l.byMsg = map[string]int{}
+	}
+	l.byMsg[r.Message]++
 	if len(l.first) < 8 {
 		l.first = append(l.first, b.String())
 	}
@@ -218,8 +224,7 @@ func (ds *dStress) checkRecordsKept(before, after map[string]string, newErr erro
 		case !ok:
 			ds.fail("failed New (%v): %s is gone", newErr, run)
 		case a == b:
-		case (strings.Contains(b, `"state":"running"`) || strings.Contains(b, `"state":"starting"`)) &&
-			(strings.Contains(a, `"state":"exited"`) || strings.Contains(a, `"state":"failed"`)) && !dMarkedAlive(dRecPID(b), ds.mark):
+		case dSettled(b, a) && !dMarkedAlive(dRecPID(b), ds.mark):
 			ds.n.settled.Add(1)
 		default:
 			ds.fail("failed New (%v) changed the record %s:\n%s\nwas\n%s", newErr, run, a, b)
@@ -241,6 +246,30 @@ func (ds *dStress) quarantinedOK(before map[string]string, q string) bool {
 		}
 	}
 	return false
+}
+
+// dSettled reports whether record a is record b of a job that was
+// starting or running, settled by replay: exited or failed (its exit
+// marker, or none), or, if a host had begun to stop it (b's stop), ended
+// as that stop ends it.
+func dSettled(b, a string) bool {
+	type rec struct {
+		State string `json:"state"`
+		Stop  *struct {
+			State string `json:"state"`
+		} `json:"stop"`
+	}
+	var rb, ra rec
+	if json.Unmarshal([]byte(b), &rb) != nil || json.Unmarshal([]byte(a), &ra) != nil {
+		return false
+	}
+	if rb.State != "running" && rb.State != "starting" {
+		return false
+	}
+	if rb.Stop != nil {
+		return ra.State == rb.Stop.State
+	}
+	return ra.State == "exited" || ra.State == "failed"
 }
 
 func dRecPID(rec string) int {
