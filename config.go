@@ -151,7 +151,15 @@ type Config struct {
 	// marker's code when the tree is empty. A queued job is queued again,
 	// in its place (Spec.Priority, then the order of the launches), and
 	// starts when a slot is free, even if this Registry has no Queue (a
-	// job whose input file is gone becomes Failed, "lost"). A job recorded as starting becomes Failed
+	// job whose input file is gone becomes Failed, "lost"). A job's text
+	// is rebuilt once the process that copies its output to the file
+	// while no host runs has copied the last of it (New waits up to 2s
+	// in all for those; a text that may end early then says so in
+	// Output.Notice). A job that a host had
+	// begun to stop (Cancel, a timeout, Close) when it died ends as that
+	// stop ends it (Cancelled or TimedOut), not with the exit status the
+	// stop's signal gave it; if it still runs, the Registry that adopts
+	// it goes on stopping it. A job recorded as starting becomes Failed
 	// with Reason "spawn aborted". A record that cannot be read is moved
 	// to StateDir/quarantine/ and logged to Logger; it never makes New
 	// fail. Finished jobs are kept within Retention as in memory mode; a

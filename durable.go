@@ -47,6 +47,17 @@ const (
 	stateStarting = "starting"
 )
 
+// keeperWait bounds how long New waits, in all, for the keepers of jobs
+// that ended while no host watched them to copy the last of their output
+// (see awaitKeeper). A keeper has at most a pipe's worth left once the
+// job's processes are gone, so only a keeper that is stopped or starved
+// of CPU outlives it; the job's text may then end early, and says so.
+const keeperWait = 2 * time.Second
+
+// noticeKeeperBehind is the Output.Notice of a replayed job whose keeper
+// had not finished (see keeperWait).
+const noticeKeeperBehind = "output may end early: it was still being copied to disk when the job was replayed"
+
 var (
 	errGone         = errors.New("bgjob: process gone")
 	errNoMarker     = errors.New("bgjob: no exit marker")
@@ -112,12 +123,30 @@ type record struct {
 	Leftovers Leftovers `json:"leftovers,omitempty"`
 	Priority  int       `json:"priority,omitempty"`
 	Sandbox   *Sandbox  `json:"sandbox,omitempty"`
+	// Stop is why the host began to stop the running job (a Cancel,
+	// a timeout, Close), written before its first signal: if the host
+	// dies before the end, the replay reports this end and not the
+	// signal's exit status (or "lost", after SIGKILL), and a Registry
+	// that adopts the job goes on stopping it.
+	Stop *stopRecord `json:"stop,omitempty"`
 	// Pollable: the job's end owes a completion.
 	Pollable bool `json:"pollable"`
 	// Evicted: retention dropped the job while its completion was still
 	// undelivered; the folder stays until it is delivered.
 	Evicted             bool `json:"evicted,omitempty"`
 	CompletionDelivered bool `json:"completion_delivered"`
+}
+
+// stopRecord is a record's account of a stop under way: the end it
+// gives the job.
+type stopRecord struct {
+	State    string  `json:"state"`
+	ExitCode int     `json:"exit_code"`
+	Reason   rawText `json:"reason"`
+}
+
+func (s *stopRecord) outcome() outcome {
+	return outcome{state: parseState(s.State), exitCode: s.ExitCode, reason: string(s.Reason)}
 }
 
 // rawText is a string that a record keeps byte for byte: in JSON it is a
@@ -189,6 +218,7 @@ type store struct {
 	lifeR, lifeW *os.File
 	watch        *fileWatch // the inotify of adopted jobs' output files, made by restore if needed
 	key          [32]byte   // keys the session folder names
+	boot         string     // this boot of the machine (see bootID)
 	lim          readLimits
 	log          *slog.Logger
 
@@ -255,6 +285,15 @@ func openStore(c *Config) (*store, []byte, error) {
 			unlockStateDir(lock)
 		}
 	}()
+	// The boot's name dates every running record: one that cannot be
+	// read now (no descriptor left) must fail New, or replay would take
+	// every running job for one of an earlier boot and record it lost.
+	if st.boot, err = bootID(); err != nil {
+		return nil, nil, fmt.Errorf("bgjob: new: boot ID: %w", err)
+	}
+	// Children of this process that earlier Registries released and
+	// that have exited since: reaped now (see noteReleased).
+	reapReleased()
 	if st.lifeR, st.lifeW, err = os.Pipe(); err != nil {
 		return nil, nil, fmt.Errorf("bgjob: new: lifeline: %w", err)
 	}
@@ -282,6 +321,12 @@ func openStore(c *Config) (*store, []byte, error) {
 // the lock; after close (a Completions call on a closed registry records
 // a delivery) it takes the lock again for the write, unless another
 // Registry holds it now, which then owns the records: nothing is written.
+//
+// The writes after close take the lock one at a time (relocking), in the
+// whole process: two at once would find the lock held, by this very
+// process, and the second would be refused as if another Registry owned
+// the records, leaving a delivery unrecorded (TestStressDurable saw a
+// completion delivered twice so).
 func (st *store) relock() (unlock func(), ok bool) {
 	st.mu.Lock()
 	held := st.lock != nil
@@ -289,13 +334,22 @@ func (st *store) relock() (unlock func(), ok bool) {
 	if held {
 		return func() {}, true
 	}
+	relocking.Lock()
 	l, err := lockStateDir(st.dir)
 	if err != nil {
+		relocking.Unlock()
 		st.log.Warn("bgjob: record not written after Close", "err", err)
 		return nil, false
 	}
-	return func() { unlockStateDir(l) }, true
+	return func() {
+		unlockStateDir(l)
+		relocking.Unlock()
+	}, true
 }
+
+// relocking serializes relock's takings of a lock; see there. A record
+// lock (runRec.mu) may be held when it is taken, never the reverse.
+var relocking sync.Mutex
 
 // close lets go of the state directory, once the registry has ended: the
 // next New on it may proceed.
@@ -314,6 +368,7 @@ func (st *store) close() {
 		st.watch.close()
 	}
 	unlockStateDir(lock)
+	reapReleased()
 }
 
 // idKey reads the persisted ID key, or makes and persists one.
@@ -449,6 +504,8 @@ func decodeRecord(b []byte) (*record, error) {
 		return nil, fmt.Errorf("record generation %d", rec.Gen)
 	case rec.State != stateStarting && parseState(rec.State) < 0:
 		return nil, fmt.Errorf("record state %q", rec.State)
+	case rec.Stop != nil && parseState(rec.Stop.State) <= Running:
+		return nil, fmt.Errorf("record stop state %q", rec.Stop.State)
 	}
 	if len(rec.Args) == 0 {
 		rec.Args = nil // "args": [] is no Args, as an omitted field is
@@ -668,7 +725,7 @@ func (st *store) started(j *job, p *process) {
 	kind, where := p.containment()
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
-	rr.rec.State, rr.rec.PID, rr.rec.StartTime, rr.rec.BootID = Running.String(), p.pid, start, bootID()
+	rr.rec.State, rr.rec.PID, rr.rec.StartTime, rr.rec.BootID = Running.String(), p.pid, start, st.boot
 	if kind == ContainCgroup {
 		rr.rec.Cgroup = rawText(where)
 		rr.rec.CgroupCPUBase = p.cpuBase()
@@ -683,6 +740,22 @@ func (st *store) started(j *job, p *process) {
 		rr.rec.HolderPID = h
 		rr.rec.HolderStart, _, _ = procStart(h)
 	}
+	st.writeLocked(rr)
+}
+
+// stopping records why j is being stopped, before its first signal.
+func (st *store) stopping(j *job, o outcome) {
+	rr := st.get(j)
+	if rr == nil {
+		return
+	}
+	stop := &stopRecord{State: o.state.String(), ExitCode: o.exitCode, Reason: rawText(o.reason)}
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	if rr.rec.Stop != nil && *rr.rec.Stop == *stop {
+		return // an adopted job's stop, which its last host recorded
+	}
+	rr.rec.Stop = stop
 	st.writeLocked(rr)
 }
 
@@ -823,7 +896,10 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 		byID = make(map[ID]*job)
 		gone []*job // finished runs nobody holds: discarded after
 	)
-	boot := bootID()
+	boot := st.boot
+	// The keepers of jobs that ended while no host watched them are
+	// waited for until keeperBy: keeperWait from the first such wait.
+	var keeperBy time.Time
 	for _, s := range sessions {
 		sdir := filepath.Join(st.dir, sessionsDir, s.Name())
 		runs, err := os.ReadDir(sdir)
@@ -848,7 +924,7 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 				id: rec.ID, gen: rec.Gen,
 				spec:    Spec{Session: string(rec.Session), Command: string(rec.Command), Args: strs(rec.Args), Dir: string(rec.Dir), IdleTimeout: rec.IdleTimeout},
 				timeout: rec.Timeout, started: rec.Started,
-				over: make(chan struct{}), done: make(chan struct{}), wake: make(chan struct{}, 1), heapIdx: -1,
+				over: make(chan struct{}), done: make(chan struct{}), released: make(chan struct{}), wake: make(chan struct{}, 1), heapIdx: -1,
 				state: Running, exitCode: exitUnknown, pid: rec.PID,
 			}
 			j.spec.Timeout = rec.Timeout
@@ -867,6 +943,7 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 			st.runs[j] = rr
 			r.seq = max(r.seq, rec.Gen)
 			var o outcome
+			short := "" // a notice that the output file may not hold all the output
 			switch rec.State {
 			case Queued.String():
 				// It waits in the queue again, in its place: its
@@ -915,6 +992,10 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 						rr.rec.Pollable = true
 						j.rd.Store(&rd)
 						a := adoption{j: j, p: p, rd: rd}
+						if rec.Stop != nil {
+							o := rec.Stop.outcome() // its host was stopping it: go on
+							a.stop = &o
+						}
 						if fi, err := os.Stat(filepath.Join(run, outputFile)); err == nil {
 							a.lastOut = fi.ModTime()
 						}
@@ -932,6 +1013,11 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 				switch {
 				case err != nil:
 					return nil, fmt.Errorf("replay %s: exit marker: %w", rec.ID, err)
+				case rec.Stop != nil:
+					// A host was stopping it, and died: it ended by that
+					// stop (its signal's status, or no marker after
+					// SIGKILL), or else as that stop would have ended it.
+					o = rec.Stop.outcome()
 				case ok:
 					o = outcome{state: Exited, exitCode: code}
 					if code != 0 {
@@ -940,10 +1026,27 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 				default:
 					o = outcome{state: Failed, exitCode: exitUnknown, reason: "lost"}
 				}
-				// Its shell is gone; what it left must go too. Its
-				// cgroup is cleared below; its marked processes here.
-				if n := stopMarked(rec); n > 0 {
+				// Its shell is gone; what it left must go too, before
+				// its keeper is waited for: a leftover that holds the
+				// pipe would keep the keeper copying.
+				if n := stopLeftovers(rec, r.cg); n > 0 {
 					o.notice = fmt.Sprintf("stopped %d leftover process(es) of the job", n)
+				}
+				rr.rec.Notice = o.notice
+				// Its output is all in the file only once its keeper
+				// has copied the pipe's last bytes and exited (the
+				// keeper may be slow to get there, or this host's
+				// child, released by Detach, which must be reaped).
+				if rec.BootID == boot {
+					done, err := awaitKeeper(rec.KeeperPID, rec.KeeperStart, &keeperBy)
+					if err != nil {
+						return nil, fmt.Errorf("replay %s: keeper: %w", rec.ID, err)
+					}
+					if !done {
+						st.log.Warn("bgjob: replay: the keeper of a job that ended has not finished copying its output; its text may end early",
+							"id", rec.ID, "keeper", rec.KeeperPID, "waited", keeperWait)
+						short = noticeKeeperBehind
+					}
 				}
 			default:
 				o = outcome{state: parseState(rec.State), exitCode: rec.ExitCode, reason: string(rec.Reason), notice: rec.Notice}
@@ -983,7 +1086,7 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 				gone = append(gone, j)
 				continue
 			}
-			if j.fin, err = r.rebuild(j, run, o.notice); err != nil {
+			if j.fin, err = r.rebuild(j, run, joinNotices(o.notice, short)); err != nil {
 				return nil, fmt.Errorf("replay %s: output: %w", rec.ID, err)
 			}
 			if old := byID[j.id]; old == nil || old.gen < j.gen {

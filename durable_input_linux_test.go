@@ -68,6 +68,15 @@ func TestDurableInteractiveDetachAdopt(t *testing.T) {
 	}
 	waitExit(t, holder)
 	r1.Close(ctxT(t))
+	r2.Close(ctxT(t))
+	// The shell and the holder were this process's children, released
+	// by r1: the Close of a durable Registry reaps them.
+	z := zombieChildren()
+	for _, pid := range []int{s.PID, holder} {
+		if z[pid] {
+			t.Errorf("process %d of the released job is a zombie child of the host after Close; want it reaped", pid)
+		}
+	}
 }
 
 // A job whose input CloseInput closed is adopted with its input closed.

@@ -150,7 +150,8 @@ const keeperScript = `read _ <&3; exec cat`
 type keeper struct {
 	pid   int
 	pidfd *os.File // nil if the kernel gave none
-	child bool     // started by this host (not found at adoption): it is reaped here
+	child bool     // it may be the host's child: it is reaped here
+	mine  bool     // started by this host (not found at adoption): certainly its child
 }
 
 // startKeeper starts the keeper of a job: pipe is the read end of its
@@ -185,7 +186,7 @@ func startKeeper(pipe int, file string, lifeline int) (*keeper, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := &keeper{pid: pid, child: true}
+	k := &keeper{pid: pid, child: true, mine: true}
 	if pidfd >= 0 {
 		k.pidfd = os.NewFile(uintptr(pidfd), "pidfd")
 	}
@@ -492,7 +493,7 @@ func startHolder(name string) (*keeper, int, error) {
 		unix.Close(life[1])
 		return nil, -1, err
 	}
-	k := &keeper{pid: pid, child: true}
+	k := &keeper{pid: pid, child: true, mine: true}
 	if pidfd >= 0 {
 		k.pidfd = os.NewFile(uintptr(pidfd), "pidfd")
 	}

@@ -12,8 +12,9 @@ var (
 	ErrNotFound = errors.New("bgjob: job not found")
 
 	// ErrClosed: the registry has been closed. Returned by Start,
-	// RunForeground, Readmit and Detach, and by NextCompletion once
-	// Close or Detach has returned and the session's queue is empty.
+	// RunForeground, Readmit and Detach, by NextCompletion once
+	// Close or Detach has returned and the session's queue is empty,
+	// and by Cancel of a job that Detach released.
 	ErrClosed = errors.New("bgjob: registry closed")
 
 	// ErrTooManyRunning: the launch would exceed Config.MaxRunning
@@ -44,7 +45,9 @@ var (
 
 	// ErrInUse: the state directory (Config.StateDir) is held by another
 	// Registry, in this process or another; it is let go when that
-	// Registry is closed or detached, or its process dies. Returned by
+	// Registry is closed or detached, or its process dies. (A dead process's
+	// lock may be let go a moment late, while a child it was starting
+	// still holds a copy: New waits up to 2s for that.) Returned by
 	// New.
 	ErrInUse = errors.New("bgjob: state directory in use")
 

@@ -10,7 +10,8 @@ import (
 // step of every job's life, whatever the mode, and holds no other trace
 // of durable mode; memJournal, for memory mode, does nothing.
 //
-// The registry calls launching, wrap, started and ending in that order,
+// The registry calls launching, wrap, started, stopping (if the job is
+// stopped) and ending in that order,
 // for each job from its own launch or supervisor, outside Registry.mu;
 // delivered and purge from any goroutine, outside Registry.mu;
 // forgottenLocked with Registry.mu held. None calls a hook.
@@ -42,6 +43,11 @@ type journal interface {
 
 	// started records j's process: its PID and what contains it.
 	started(j *job, p *process)
+
+	// stopping records why j's supervisor is about to stop it (a
+	// Cancel, a timeout, Close), before its first signal, so that the
+	// end is known even if the host dies before it.
+	stopping(j *job, o outcome)
 
 	// ending begins the record of j's end; the registry calls the
 	// function it returns once the end is in its table. Between the
@@ -96,6 +102,7 @@ func (memJournal) launching(*job) error                  { return nil }
 func (memJournal) wrap(*job, *plan) error                { return nil }
 func (memJournal) started(*job, *process)                {}
 func (memJournal) queueing(*job) func(bool)              { return endQueueing }
+func (memJournal) stopping(*job, outcome)                {}
 func (memJournal) delivered(*job)                        {}
 func (memJournal) inputClosed(*job)                      {}
 func (memJournal) forgottenLocked(*job)                  {}
@@ -119,4 +126,5 @@ type adoption struct {
 	p       *process
 	rd      outputReader
 	lastOut time.Time // when the job last wrote output, as far as the journal knows
+	stop    *outcome  // a stop its last host began: the supervisor goes on with it
 }

@@ -349,6 +349,7 @@ func (r *Registry) newJob(spec Spec, id ID, timeout time.Duration) *job {
 		started:  r.now(),
 		over:     make(chan struct{}),
 		done:     make(chan struct{}),
+		released: make(chan struct{}),
 		wake:     make(chan struct{}, 1),
 		heapIdx:  -1,
 		state:    Running,

@@ -230,27 +230,45 @@ func (p *process) reap() (int, error) {
 
 // close frees the pidfd. Once the shell was reaped (its tree is empty by
 // then), the job's cgroup goes back to be removed; a released job keeps
-// it.
+// it, and the registry lets go of what it held open of it.
+//
+// A released job's shell and keeper, when they are the host's children,
+// are handed to noteReleased with their pidfds, so that the Registries of
+// the process reap them once they have exited: nothing else would, and
+// each would stay a zombie for the life of the process.
 func (p *process) close() {
-	if p.pidfd != nil {
+	switch {
+	case p.pidfd == nil:
+	case !p.reaped && !p.adopted:
+		noteReleased(p.pidfd) // the host's child, released
+	default:
 		p.pidfd.Close()
 	}
+	p.pidfd = nil
 	switch k := p.keeper; {
 	case k == nil:
-	case !p.reaped:
+	case !p.reaped && k.mine && k.pidfd != nil:
 		// Released: the keeper takes the output over when the
 		// lifeline closes.
+		noteReleased(k.pidfd)
+		k.pidfd = nil
+	case !p.reaped, p.adopted:
+		// Released, not known to be the host's child; or adopted, and
+		// exited (the reader waited for it), unless the drain's grace
+		// ran out: it then finishes its copy on its own. One that the
+		// host released earlier is in noteReleased's hands.
 		k.reap(false)
-	case p.adopted:
-		k.reap(false) // it has exited: the reader waited for it
 	default:
 		k.stop()
 	}
 
 	// The input's holder ends with the job's wrapper; a released job
-	// keeps it.
+	// keeps it, and one this host started stays its child until then.
 	switch h := p.holder; {
 	case h == nil:
+	case !p.reaped && h.mine && h.pidfd != nil:
+		noteReleased(h.pidfd)
+		h.pidfd = nil
 	case !p.reaped:
 		h.reap(false)
 	default:
@@ -261,7 +279,11 @@ func (p *process) close() {
 		f.Close()
 	}
 	switch {
-	case !p.reaped || p.cgs == nil:
+	case p.cgs == nil:
+	case !p.reaped:
+		if p.cg != nil {
+			p.cgs.release(p.cg)
+		}
 	case p.cg != nil:
 		p.cgs.recycle(p.cg)
 	case p.cgroup != "":

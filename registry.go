@@ -118,7 +118,10 @@ type job struct {
 	scr  *screen
 	over chan struct{} // closed by finish once the job has finished, before its hooks run
 	done chan struct{} // closed by finish once the job has finished and its hooks have run
-	wake chan struct{} // a poke for a supervisor that waits after its pipe's EOF
+	// released is closed by the supervisor when Detach has released the
+	// job, which then never finishes in this registry (done stays open).
+	released chan struct{}
+	wake     chan struct{} // a poke for a supervisor that waits after its pipe's EOF
 
 	// Requests to the supervisor. stopReq is set by Cancel, Close or
 	// Detach, whichever comes first (never reset); force by Close when
@@ -287,6 +290,7 @@ func New(cfg Config) (*Registry, error) {
 			// may have come while no host watched it.
 			sv.lastOut = a.lastOut
 		}
+		sv.resume = a.stop
 		go sv.run()
 	}
 	// Queued jobs found in the state directory start as far as the
@@ -454,6 +458,12 @@ func (r *Registry) wait(ctx context.Context, sc scope, id ID) (Snapshot, error) 
 // never run. Cancelling a job that has already ended returns its snapshot
 // unchanged. It fails with ErrNotFound if no such job is queued, running
 // or retained.
+//
+// A job that Detach released is no longer this Registry's to stop: Cancel
+// returns at once with its snapshot (Running) and an error wrapping
+// ErrClosed, and the job runs on for the Registry that adopts it. A
+// Cancel that Detach overtakes returns so as soon as Detach has released
+// the job; one that came first stops the job, and Detach waits for that.
 func (r *Registry) Cancel(id ID) (Snapshot, error) { return r.cancel(anySession, id) }
 
 func (r *Registry) cancel(sc scope, id ID) (Snapshot, error) {
@@ -469,8 +479,14 @@ func (r *Registry) cancel(sc scope, id ID) (Snapshot, error) {
 	} else {
 		j.request(stopCancel)
 	}
-	if ended := r.ended(j); ended != nil {
-		<-ended
+	ended := r.ended(j)
+	if ended == nil {
+		return r.snapshot(j), nil
+	}
+	select {
+	case <-ended:
+	case <-j.released:
+		return r.snapshot(j), fmt.Errorf("bgjob: cancel %s: released by Detach: %w", id, ErrClosed)
 	}
 	return r.snapshot(j), nil
 }
@@ -656,11 +672,18 @@ func (r *Registry) Close(ctx context.Context) error {
 // them for the next Registry, which queues them again in their order, and
 // here they stay Queued (with no place) in Status and List. Detach returns once every goroutine of the
 // registry has ended. Afterwards Start, RunForeground and Readmit fail
-// with ErrClosed, a released job stays Running in Status and List, and
-// Wait on it returns only when its ctx ends. A RunForeground call that
+// with ErrClosed, a released job stays Running in Status and List, Wait
+// on it returns only when its ctx ends, and Cancel of it returns at once
+// with an error wrapping ErrClosed (it is not stopped). A RunForeground call that
 // launched a released job returns it Detached at once; one that joined
 // it returns at its soft cap or when its ctx ends. Close after Detach
 // returns at once.
+//
+// A released job's processes (its shell, and the keeper of its output)
+// stay children of the host's process, which alone can reap them once
+// they end: the next New, Close or Detach of a durable Registry in the
+// process reaps those that have ended by then. A host that goes on
+// running without one may see them as zombies.
 func (r *Registry) Detach() error {
 	if err := r.jn.releasable(); err != nil {
 		return fmt.Errorf("bgjob: detach: %w", err)

@@ -98,6 +98,9 @@ type supervisor struct {
 	waiting bool
 	ew      *emptyWatch
 	ewDone  chan struct{}
+	// resume is the stop that an adopted job's last host began and did
+	// not finish; watch begins it again first.
+	resume *outcome
 }
 
 func (r *Registry) newSupervisor(j *job, p *process, rd outputReader, waited <-chan struct{}, watching bool) *supervisor {
@@ -131,8 +134,11 @@ func (s *supervisor) runHere() {
 }
 
 // begin starts to stop the job: SIGTERM now, SIGKILL after the grace.
+// The journal records why first, so that a host that dies meanwhile
+// leaves the job's end known.
 func (s *supervisor) begin(o outcome, now time.Time) {
 	s.stopping, s.cause, s.killAt = true, o, now.Add(s.grace)
+	s.r.jn.stopping(s.j, o)
 	s.signal(false)
 }
 
@@ -174,6 +180,12 @@ func (s *supervisor) watch(until time.Time, quit <-chan struct{}) bool {
 		if !s.stopping && j.stopReq.Load() == stopRelease {
 			s.released = true
 			return true
+		}
+		if s.resume != nil {
+			if !s.stopping {
+				s.begin(*s.resume, now)
+			}
+			s.resume = nil
 		}
 		// A stop: by request, or by a timeout, unless the shell has
 		// exited already (its leftovers are end's business), but for
@@ -309,6 +321,7 @@ func (s *supervisor) end() {
 		<-s.waited
 		j.watchUsage(nil)
 		p.close()
+		close(j.released) // a Cancel waiting for the job's end returns
 		return
 	}
 
