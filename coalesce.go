@@ -114,6 +114,12 @@ func hashID(h *blake3.Hasher, spec *Spec, dir string, timeout time.Duration) ID 
 			number(0)
 		}
 	}
+	if spec.Leftovers != LeftoversStop {
+		// A job that waits for its leftovers is another job than one
+		// that stops them; the others keep the IDs they always had.
+		field("leftovers")
+		number(int64(spec.Leftovers))
+	}
 	if spec.Unique {
 		var nonce [16]byte
 		rand.Read(nonce[:]) // never fails (crypto/rand panics instead)

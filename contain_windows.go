@@ -174,6 +174,12 @@ func (p *process) active() int {
 // the shell has exited.
 func (p *process) leftovers() int { return p.live() }
 
+// treeCount counts the live processes of the job, for the leftover
+// watcher, which may call it from its own goroutine: it reads only the
+// Job Object's handle and the console flag, set before the process was
+// shared, and the supervisor stops the watcher before it closes them.
+func (p *process) treeCount() int { return p.live() }
+
 // live returns the number of processes of the job that are alive, not
 // counting the console host (conhost.exe) that Windows starts inside the
 // job when the shell gets a console of its own (the host has none): it

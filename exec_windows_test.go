@@ -1,6 +1,7 @@
 package bgjob_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -102,6 +103,17 @@ func winHelper(args []string) int {
 		return 0
 	case "spawn":
 		grandchild()
+		return 0
+	case "prompt": // prompt: "name? ", a line from stdin, "hello, LINE"
+		fmt.Print("name? ")
+		line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+		fmt.Printf("hello, %s\n", strings.TrimRight(line, "\r\n"))
+		return 0
+	case "console": // console: whether stdout is a console, and its size; then cat
+		var info windows.ConsoleScreenBufferInfo
+		err := windows.GetConsoleScreenBufferInfo(windows.Stdout, &info)
+		fmt.Printf("console %v %dx%d\n", err == nil, info.Window.Right-info.Window.Left+1, info.Window.Bottom-info.Window.Top+1)
+		io.Copy(os.Stdout, os.Stdin)
 		return 0
 	case "args":
 		for _, a := range args[1:] {

@@ -23,6 +23,14 @@ type outcome struct {
 // It is called once per job, by its supervisor or, for a job that never
 // got a process, by spawn.
 func (r *Registry) finish(j *job, o outcome) {
+	// The input closes (Write fails from now on), and the screen keeps
+	// what it has not been fed, before the raw output goes.
+	if j.in != nil {
+		j.in.end()
+	}
+	if j.scr != nil {
+		j.scr.atEnd(j)
+	}
 	j.mu.Lock()
 	v := j.out.view()
 	j.mu.Unlock()
@@ -64,8 +72,11 @@ func (r *Registry) finish(j *job, o outcome) {
 	j.finGen++
 	j.wakeReadersLocked() // the output is final: Done from now on
 	j.mu.Unlock()
-	r.running--
-	j.retEnd, j.retBytes = now, int64(len(fin.out.Text))
+	if j.admitted {
+		r.running-- // a job that never left the queue held no slot
+		j.admitted = false
+	}
+	j.retEnd, j.retBytes = now, fin.size()
 	pollable := j.pollable
 	c := Completion{ID: j.id, Session: j.spec.Session, Command: j.spec.Command, State: o.state, ExitCode: o.exitCode, Ended: now}
 	if pollable {
@@ -77,7 +88,11 @@ func (r *Registry) finish(j *job, o outcome) {
 	}
 	j.finished = true
 	r.evictLocked(j.retEnd)
+	// The slot this job held goes to the next queued job: the end of a
+	// job is the event that starts it.
+	next := r.nextLocked()
 	r.mu.Unlock()
+	r.startQueued(next)
 	close(j.over)
 	record(o, now, pollable)
 	r.jn.purge()

@@ -263,10 +263,14 @@ func (c *cgroups) enforceableErr(l Limits) error {
 }
 
 // watchUsage sets the process from which a snapshot of the running job
-// reads its usage so far; nil, before the process is closed, ends that.
+// reads its usage so far, and lists its tree; nil, before the process is
+// closed, ends that (see also unlist).
 func (j *job) watchUsage(p *process) {
 	j.usageMu.Lock()
-	j.live = p
+	j.live, j.tree = p, p
+	if p == nil {
+		j.listed = treeList{}
+	}
 	j.usageMu.Unlock()
 }
 

@@ -44,8 +44,20 @@ type keeper struct{}
 
 func (*keeper) stop() {}
 
+// letGo: there is no holder here.
+func (*keeper) letGo() error { return nil }
+
 // keep: durable mode is unsupported here.
 func (p *process) keep(*keeper) {}
+
+// holderOf returns 0: durable mode is unsupported here.
+func (p *process) holderOf() int { return 0 }
+
+// holdInput: durable mode is unsupported here.
+func (p *process) holdInput(*inputPlan) {}
+
+// openFIFO: durable mode is unsupported here.
+func openFIFO(*inputPlan) (int, error) { return -1, ErrUnsupported }
 
 // keeperOf returns 0: durable mode is unsupported here.
 func (p *process) keeperOf() int { return 0 }
@@ -117,6 +129,12 @@ func liveMembers(pgid int) []int {
 	}
 	return []int{-1}
 }
+
+// treeCount counts the live processes of the group, for the leftover
+// watcher; it reads only the shell's PID, which never changes. (The shell
+// was reaped by leftovers: the group's ID stays the job's while a member
+// is in it.)
+func (p *process) treeCount() int { return len(liveMembers(p.pid)) }
 
 // awaitEmpty waits until the group has no process or the deadline passes.
 // No event reports the death of a process that is not our child, so it

@@ -304,3 +304,31 @@ func TestLauncher(t *testing.T) {
 		}
 	}
 }
+
+func TestSandboxTTYAndInput(t *testing.T) {
+	needBwrap(t)
+	r := newRegistry(t, bgjob.Config{})
+	// A terminal inside the sandbox: the job's controlling terminal, its
+	// size, and Ctrl-C through its line discipline.
+	res, err := r.RunForeground(ctxT(t), bgjob.Spec{
+		Command: `test -t 0 && test -t 1 && stty size`, Dir: t.TempDir(),
+		TTY: &bgjob.TTY{Rows: 30, Cols: 100}, Sandbox: &bgjob.Sandbox{},
+	}, bgjob.Foreground{SoftCap: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.State != bgjob.Exited || res.ExitCode != 0 || res.Output.Text != "30 100\n" {
+		t.Errorf("tty in a sandbox: %v exit %d %q; want a 30x100 terminal", res.State, res.ExitCode, res.Output.Text)
+	}
+	// Interactive input inside the sandbox.
+	s, err := r.Start(ctxT(t), bgjob.Spec{Command: "read x; echo got:$x", Dir: t.TempDir(), Interactive: true, Sandbox: &bgjob.Sandbox{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Write(ctxT(t), s.ID, []byte("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	if s = wait(t, r, s.ID); s.Output.Text != "got:hello\n" {
+		t.Errorf("input in a sandbox: %q", s.Output.Text)
+	}
+}

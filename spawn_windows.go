@@ -44,7 +44,7 @@ func startJob(pl *plan) (_ *process, _ outputReader, err error) {
 	if pl.output.file != "" {
 		return nil, nil, fmt.Errorf("output file: %w", ErrUnsupported)
 	}
-	argv, dir, env, stdin := pl.argv, pl.dir, pl.env, pl.stdin
+	argv, dir, env := pl.argv, pl.dir, pl.env
 	path, err := lookPath(argv[0], dir)
 	if err != nil {
 		return nil, nil, err
@@ -74,12 +74,20 @@ func startJob(pl *plan) (_ *process, _ outputReader, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if pl.input.tty != nil {
+		return startOnConPTY(pl, app, cmdline, block, dirp)
+	}
 
-	in, err := stdinHandle(stdin)
+	in, err := stdinHandle(&pl.input)
 	if err != nil {
 		return nil, nil, fmt.Errorf("stdin: %w", err)
 	}
 	defer windows.CloseHandle(in)
+	defer func() {
+		if err != nil {
+			pl.input.dropConn()
+		}
+	}()
 	rd, w, err := outputPipe()
 	if err != nil {
 		return nil, nil, fmt.Errorf("pipe: %w", err)
@@ -280,12 +288,22 @@ func envBlock(env []string) ([]uint16, error) {
 	return append(block, 0), nil
 }
 
-// stdinHandle returns the handle a job reads as its standard input: the
-// NUL device when s is empty, else a temporary file holding s, positioned
-// at its start and deleted when its last handle (ours or the job's)
-// closes. A file, unlike a pipe, takes any size without a goroutine to
-// feed it.
-func stdinHandle(s string) (windows.Handle, error) {
+// stdinHandle returns the handle a job reads as its standard input: for
+// an interactive job, a pipe whose host end goes to in.conn (Spec.Stdin
+// is written into it after the spawn); else the NUL device when there
+// is no Spec.Stdin, or a temporary file holding it, positioned at its
+// start and deleted when its last handle (ours or the job's) closes. A
+// file, unlike a pipe, takes any size without a goroutine to feed it.
+func stdinHandle(in *inputPlan) (windows.Handle, error) {
+	if in.interactive {
+		w, r, err := inputPipe()
+		if err != nil {
+			return 0, err
+		}
+		in.conn = pipeConn{w}
+		return r, nil
+	}
+	s := in.data
 	share := uint32(windows.FILE_SHARE_READ | windows.FILE_SHARE_WRITE | windows.FILE_SHARE_DELETE)
 	if s == "" {
 		return windows.CreateFile(windows.StringToUTF16Ptr("NUL"), windows.GENERIC_READ, share, nil, windows.OPEN_EXISTING, 0, 0)

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -287,6 +289,20 @@ func statusRows(s statusResult) []row {
 		mk("Read, median", s.read.median(), true),
 		mk("Read, p99", s.read.p99(), false),
 	}
+}
+
+func treeRows(t treeResult) []row {
+	w := "7 dev server, " + t.mode
+	quiet := row{workload: w, metric: "Status with Processes/Ports, median", unit: fmtDur,
+		target: "≤ " + fmtDur(float64(statusMaxMedian)), check: atMost(float64(statusMaxMedian))}
+	chatty := row{workload: w, metric: "Status listing anew (chatty server), median", unit: fmtDur}
+	if t.err != "" {
+		quiet.note, chatty.note = t.err, t.err
+		return []row{quiet, chatty}
+	}
+	quiet.cells[bgJob] = dur(t.quiet.median())
+	chatty.cells[bgJob] = dur(t.chatty.median())
+	return []row{quiet, chatty}
 }
 
 func coalesceRows(c [nImpl]coalesceResult) []row {

@@ -4,7 +4,7 @@
 //
 // Usage:
 //
-//	mcpserver [-dir DIR] [-max-running N] [-progress-interval D] [-kill-grace D]
+//	mcpserver [-dir DIR] [-max-running N] [-queue] [-max-queued N] [-progress-interval D] [-kill-grace D]
 //	          [-head-bytes N] [-tail-bytes N] [-state-dir DIR]
 //	          [-memory SIZE] [-pids N] [-cpu CORES] [-cpu-time D] [-sandbox] [-v]
 //
@@ -44,6 +44,8 @@ func run(args []string) int {
 	fs.StringVar(&opts.StateDir, "state-dir", "", "keep jobs on disk so they survive a restart of the server (durable mode, Linux); connections then share the session of -session")
 	fs.StringVar(&opts.Session, "session", "", `the bgjob session of every connection (default: one per connection; "default" with -state-dir)`)
 	fs.IntVar(&opts.MaxRunning, "max-running", 0, "most jobs running at once (0: bgjob's default, 64)")
+	fs.BoolVar(&opts.Queue, "queue", false, "a command beyond -max-running waits for a free slot (state queued) instead of failing")
+	fs.IntVar(&opts.MaxQueued, "max-queued", 0, "with -queue, most commands waiting at once (0: bgjob's default, 1024)")
 	fs.DurationVar(&opts.ProgressInterval, "progress-interval", defaultProgressInterval, "how often a waiting shell call sends a progress notification")
 	fs.DurationVar(&opts.KillGrace, "kill-grace", 0, "time between SIGTERM and SIGKILL when a job is stopped (0: bgjob's default, 2s)")
 	fs.IntVar(&opts.HeadBytes, "head-bytes", 0, "first bytes of each job's output to keep (0: bgjob's default, 64 KiB)")

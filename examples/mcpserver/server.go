@@ -29,6 +29,14 @@ type Options struct {
 	// If MaxRunning is 0, bgjob's default (64) applies.
 	MaxRunning int
 
+	// Queue makes a command beyond MaxRunning wait for a free slot
+	// instead of failing (bgjob's Config.Queue): it is "queued", with its
+	// place, until a running job ends. A shell call counts the wait
+	// against its wait_ms. MaxQueued bounds the queue (0: bgjob's
+	// default, 1024); past it a call fails as without a queue.
+	Queue     bool
+	MaxQueued int
+
 	// StateDir turns on bgjob's durable mode (Linux): jobs are kept on
 	// disk and outlive the server. Connections then share one bgjob
 	// session (Session, or "default"), so that a restarted server (a new
@@ -125,6 +133,8 @@ func New(opts Options) (*Server, error) {
 	}
 	cfg := bgjob.Config{
 		MaxRunning:       opts.MaxRunning,
+		Queue:            opts.Queue,
+		MaxQueued:        opts.MaxQueued,
 		Limits:           opts.Limits,
 		ProgressInterval: opts.ProgressInterval,
 		KillGrace:        opts.KillGrace,
@@ -181,7 +191,9 @@ func New(opts Options) (*Server, error) {
 const instructions = `Run shell commands with the shell tool. A command that is still running ` +
 	`after wait_ms (default 30s) keeps running in the background and the call returns its job_id ` +
 	`with detached: true; follow it with shell_status (incremental output by offset), ` +
-	`shell_wait, or shell_cancel. shell_list shows this connection's jobs. ` +
+	`shell_wait, or shell_cancel. shell_list shows this connection's jobs, and for running ones ` +
+	`their processes and the TCP ports they listen on. For a dev server started in the ` +
+	`background ("npm run dev &"), pass leftovers: "wait" so that the job runs as long as the server. ` +
 	`When a detached job ends the server sends a logging notification (logger "bgjob") ` +
 	`if the client has set a logging level.`
 
