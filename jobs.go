@@ -5,20 +5,21 @@ import (
 	"io"
 )
 
-// Jobs is the method set of a job registry, so that a host can run its
-// jobs on this machine (*Registry) or on a fleet of machines
+// Jobs is the exported method set of [Registry], so that a host can run
+// its jobs on this machine (*Registry) or on a fleet of machines
 // (fleet.Client, in the nested module github.com/bgjob/bgjob/fleet)
 // and switch by construction only.
 //
 // Each method means what the Registry method of the same name documents.
 // An implementation that reaches its jobs over a network keeps those
-// semantics as far as it can and documents where it cannot; the methods
-// whose local form cannot fail (List, Completions) gain no error, and such
-// an implementation reports transport trouble in Snapshot.Reason and
-// through a method of its own.
+// semantics as far as it can and documents where it cannot; a method it
+// cannot offer at all returns an error wrapping ErrUnsupported. The
+// methods whose local form cannot fail (List, Completions, Running,
+// Session) gain no error: such an implementation reports transport
+// trouble in Snapshot.Reason and through a method of its own.
 //
-// Methods that later issues add to Registry (Write, CloseInput, Resize,
-// Screen, Watch, WaitFor, Matches) join Jobs when they land.
+// A method added to Registry is added here too; the assertion below
+// makes the build fail until it is.
 type Jobs interface {
 	Start(ctx context.Context, spec Spec) (Snapshot, error)
 	RunForeground(ctx context.Context, spec Spec, fg Foreground) (Result, error)
@@ -31,6 +32,14 @@ type Jobs interface {
 	List(session string) []Snapshot
 	Completions(session string) []Completion
 	NextCompletion(ctx context.Context, session string) (Completion, error)
+	Write(ctx context.Context, id ID, p []byte) (int, error)
+	CloseInput(id ID) error
+	Resize(id ID, rows, cols uint16) error
+	Screen(id ID) (Screen, error)
+	Session(name string) *Session
+	Running() int
+	Readmit(ctx context.Context) error
+	Detach() error
 	Close(ctx context.Context) error
 }
 

@@ -17,9 +17,29 @@ import (
 // A Session view reaches its own session's jobs only: every method that
 // takes an ID answers ErrNotFound for another session's job, with the
 // Registry's wording, exactly as for an ID that names no job.
+//
+// A view of another Jobs (SessionOf, as a fleet client's Session makes)
+// answers the same.
 func TestSessionViewIsolatesSessions(t *testing.T) {
+	for _, kind := range []string{"registry", "other-jobs"} {
+		t.Run(kind, func(t *testing.T) { testSessionViewIsolates(t, kind) })
+	}
+}
+
+// otherJobs is a Jobs that is not a *Registry, for SessionOf's own path.
+type otherJobs struct{ bgjob.Jobs }
+
+func testSessionViewIsolates(t *testing.T, kind string) {
 	r := newRegistry(t, bgjob.Config{})
 	a, b := r.Session("a"), r.Session("b")
+	if kind == "other-jobs" {
+		a, b = bgjob.SessionOf(otherJobs{r}, "a"), bgjob.SessionOf(otherJobs{r}, "b")
+		if a.Registry() != nil || a.Jobs() != (otherJobs{r}) {
+			t.Fatalf("a view of another Jobs: Registry %p, Jobs %v", a.Registry(), a.Jobs())
+		}
+	} else if bgjob.SessionOf(r, "a").Registry() != r {
+		t.Fatalf("SessionOf a Registry: not its Session")
+	}
 	ctx := ctxT(t)
 	sa, err := a.Start(ctx, bgjob.Spec{Command: "echo a; sleep 300"})
 	if err != nil {
