@@ -89,12 +89,12 @@ func BenchmarkStartLatency(b *testing.B) {
 		ctx := context.Background()
 		lat := make([]time.Duration, 0, b.N)
 		b.ResetTimer()
-		for range b.N {
+		for i := range b.N {
 			t0 := time.Now()
 			s, err := j.Start(ctx, bgjob.Spec{Command: "true", Session: "lat", Unique: true})
 			lat = append(lat, time.Since(t0))
 			if err != nil || s.PID == 0 {
-				b.Fatalf("start: %+v, %v", s, err)
+				b.Fatalf("start %d of %d: %+v, %v", i, b.N, s, err)
 			}
 		}
 		b.StopTimer()

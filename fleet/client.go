@@ -86,7 +86,8 @@ var ErrUnavailable = errors.New("bgjob/fleet: NATS unavailable")
 //     (there is no ErrTooManyRunning); one that no worker takes within
 //     StartTimeout or ctx fails with ErrNoWorker and is withdrawn.
 //   - A job that is queued, or claimed by a worker that has not yet
-//     started it, is Running with PID 0 and Reason "queued".
+//     started it, is Queued (PID 0, Reason "queued in the fleet"); a
+//     queued launch has no QueuePosition in the fleet.
 //   - IDs come from the fleet's shared key over the Spec as the client
 //     gave it (Dir unresolved), not from the worker's Registry.
 //   - Status and Read of a running job ask its worker; of an ended job
@@ -301,7 +302,8 @@ func (c *Client) start(ctx context.Context, op string, spec bgjob.Spec, fg bool)
 	}
 	rec := record{
 		Phase: phaseQueued, Run: nonce(), Pollable: !fg, Rerun: c.cfg.Rerun,
-		Snap: bgjob.Snapshot{ID: id, Session: spec.Session, Command: command, Dir: spec.Dir, State: bgjob.Running, ExitCode: -1, Started: time.Now(), Reason: "queued"},
+		Interactive: spec.Interactive || spec.TTY != nil, TTY: spec.TTY != nil,
+		Snap: bgjob.Snapshot{ID: id, Session: spec.Session, Command: command, Dir: spec.Dir, State: bgjob.Queued, ExitCode: -1, Started: time.Now(), Reason: "queued in the fleet"},
 	}
 	// Coalescing: the record's key is the ID, and a compare-and-set on
 	// its revision decides between a join and a new run.
@@ -443,26 +445,22 @@ func (c *Client) find(ctx context.Context, op string, id bgjob.ID) (string, reco
 	return key, rec, rev, nil
 }
 
-// keyOf finds the key of id in any session: the last message of the
-// jobs bucket whose subject matches $KV.BUCKET.*.ID.
+// keyOf finds the key of id in any session: the subject of the last
+// message of the jobs bucket that matches $KV.BUCKET.*.ID, read from the
+// bucket's leader (see store.lastMsg).
 func (c *Client) keyOf(ctx context.Context, id bgjob.ID) (string, error) {
 	pre := "$KV." + c.cfg.jobsBucket() + "."
-	req, _ := json.Marshal(map[string]string{"last_by_subj": pre + "*." + string(id)})
 	var key string
 	err := retry(ctx, c.cfg.Layout, func(ctx context.Context) error {
-		m, err := c.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET.KV_"+c.cfg.jobsBucket(), req)
+		m, err := c.s.lastMsg(ctx, "KV_"+c.cfg.jobsBucket(), pre+"*."+string(id))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			key = ""
+			return nil
+		}
 		if err != nil {
 			return err
 		}
-		switch m.Header.Get("Status") {
-		case "":
-		case "404":
-			key = ""
-			return nil
-		default:
-			return fmt.Errorf("direct get: status %s %s", m.Header.Get("Status"), m.Header.Get("Description"))
-		}
-		key = strings.TrimPrefix(m.Header.Get("Nats-Subject"), pre)
+		key = strings.TrimPrefix(m.Subject, pre)
 		return nil
 	})
 	return key, err
@@ -1061,5 +1059,58 @@ func (c *Client) Close(ctx context.Context) error {
 	c.rp.close()
 	return nil
 }
+
+// Session returns the view of the fleet scoped to the session name (see
+// [bgjob.SessionOf]): each of its methods that takes an ID checks the
+// job's session with one Status first. A host that serves one session
+// per connection can use a Client with ClientConfig.Scoped instead,
+// which needs no such check and runs under NATS permissions of that
+// session alone.
+func (c *Client) Session(name string) *bgjob.Session { return bgjob.SessionOf(c, name) }
+
+// Running returns how many jobs of the fleet are running, started by a
+// worker or claimed by one that is starting them (for a scoped client,
+// in its session): the fleet's count, read from the jobs bucket, not
+// this client's. Queued launches do not count. On transport trouble it
+// returns what it could count, and Err says why.
+func (c *Client) Running() int {
+	ctx, cancel := c.opCtx()
+	defer cancel()
+	filter := "*.*"
+	if c.cfg.Scoped {
+		filter = SessionToken(c.cfg.Session) + ".*"
+	}
+	recs, err := c.s.list(ctx, filter)
+	if err != nil {
+		c.lastErr.Store(&errBox{fmt.Errorf("%w: running: %w", ErrUnavailable, err)})
+	} else {
+		c.lastErr.Store(nil)
+	}
+	n := 0
+	for _, rec := range recs {
+		if rec.Phase == phaseRunning || rec.Phase == phaseClaimed {
+			n++
+		}
+	}
+	return n
+}
+
+// Readmit cannot be done by a client: the Admitter runs in each
+// worker's Registry, so that no unadmitted byte leaves the machine that
+// ran the job, and the text of ended jobs in the fleet (their records
+// and published output) has passed it already. Readmit returns an error
+// wrapping ErrUnsupported; call [bgjob.Registry.Readmit] on each
+// worker's Registry, whose running jobs' text is admitted on every
+// read anyway.
+func (c *Client) Readmit(ctx context.Context) error {
+	return fmt.Errorf("bgjob/fleet: readmit: the Admitter runs on the workers (call Registry.Readmit there): %w", bgjob.ErrUnsupported)
+}
+
+// Detach lets the host exit without stopping its jobs, as
+// [bgjob.Registry.Detach] does in durable mode. Jobs in the fleet never
+// depend on the client that launched them, so Detach is Close: the
+// client lets go, and the jobs, their records and their completions stay
+// in the fleet for any client. It returns nil.
+func (c *Client) Detach() error { return c.Close(context.Background()) }
 
 var _ bgjob.Jobs = (*Client)(nil)

@@ -150,7 +150,10 @@ func provision(ctx context.Context, js jetstream.JetStream, l Layout) error {
 			MaxMsgsPerSubject: 1024,
 			MaxBytes:          l.OutputBytes,
 			Discard:           jetstream.DiscardOld,
-			AllowDirect:       true,
+			// No direct gets: a replica may answer one before it has
+			// a chunk its leader acknowledged, and a read of an ended
+			// job would miss its last output.
+			AllowDirect: false,
 		},
 		{
 			Name:      l.doneStream(),

@@ -155,12 +155,14 @@ func (r *reaper) watch(ctx context.Context) error {
 
 // sweep reaps the unfinished runs of worker, or with worker "", of
 // every worker whose heartbeat is gone.
-func (r *reaper) sweep(ctx context.Context, worker string) {
-	ctx, cancel := context.WithTimeout(ctx, 10*r.s.l.RequestTimeout)
+func (r *reaper) sweep(parent context.Context, worker string) {
+	ctx, cancel := context.WithTimeout(parent, 10*r.s.l.RequestTimeout)
 	defer cancel()
 	recs, err := r.s.list(ctx, "*.*")
 	if err != nil {
-		r.log.Warn("bgjob/fleet: reaper: list", "err", err)
+		if parent.Err() == nil { // not the reaper's close
+			r.log.Warn("bgjob/fleet: reaper: list", "err", err)
+		}
 		return
 	}
 	dead := map[string]bool{}

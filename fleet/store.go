@@ -19,7 +19,6 @@ type store struct {
 	l       Layout
 	jobs    jetstream.KeyValue
 	workers jetstream.KeyValue
-	jobsSt  jetstream.Stream // the jobs bucket's stream, for direct gets
 }
 
 func openStore(ctx context.Context, js jetstream.JetStream, l Layout) (*store, error) {
@@ -32,10 +31,7 @@ func openStore(ctx context.Context, js jetstream.JetStream, l Layout) (*store, e
 		if s.jobs, err = js.KeyValue(ctx, l.jobsBucket()); err != nil {
 			return err
 		}
-		if s.workers, err = js.KeyValue(ctx, l.workersBucket()); err != nil {
-			return err
-		}
-		s.jobsSt, err = js.Stream(ctx, "KV_"+l.jobsBucket())
+		s.workers, err = js.KeyValue(ctx, l.workersBucket())
 		return err
 	})
 	if err != nil {
@@ -96,10 +92,11 @@ func retry(ctx context.Context, l Layout, f func(ctx context.Context) error) err
 
 // get returns a job's record and its revision. found is false for a key
 // never written, deleted or expired; rev is then the revision to write
-// over (0, or the delete marker's).
+// over (0, or the delete marker's). It reads from the bucket's leader
+// (see lastMsg), so a record just written is always seen.
 func (s *store) get(ctx context.Context, key string) (rec record, rev uint64, found bool, err error) {
 	err = retry(ctx, s.l, func(ctx context.Context) error {
-		m, err := s.jobsSt.GetLastMsgForSubject(ctx, "$KV."+s.l.jobsBucket()+"."+key)
+		m, err := s.lastMsg(ctx, "KV_"+s.l.jobsBucket(), "$KV."+s.l.jobsBucket()+"."+key)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			rev, found = 0, false
 			return nil
@@ -120,6 +117,54 @@ func (s *store) get(ctx context.Context, key string) (rec record, rev uint64, fo
 		return nil
 	})
 	return rec, rev, found, err
+}
+
+// lastMsg returns the last message of stream whose subject matches
+// subject (which may hold wildcards), asking the stream's leader
+// (STREAM.MSG.GET). A direct get, which the KV API and Stream.GetMsg use
+// when a stream allows it, may be answered by a replica that has not yet
+// applied the latest writes: a worker that read a launch's record there
+// could find it missing and drop the launch, and a reaper could find a
+// live worker's new heartbeat missing and report its jobs lost (both
+// seen under load with three replicas). Every read that decides
+// something goes to the leader.
+func (s *store) lastMsg(ctx context.Context, stream, subject string) (*jetstream.RawStreamMsg, error) {
+	req, _ := json.Marshal(struct {
+		LastFor string `json:"last_by_subj"`
+	}{subject})
+	m, err := s.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
+	if err != nil {
+		return nil, err
+	}
+	var resp struct {
+		Message *struct {
+			Subject  string    `json:"subject"`
+			Sequence uint64    `json:"seq"`
+			Header   []byte    `json:"hdrs"`
+			Data     []byte    `json:"data"`
+			Time     time.Time `json:"time"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return nil, fmt.Errorf("bgjob/fleet: get from %s: %w", stream, err)
+	}
+	if resp.Error != nil {
+		if resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound || resp.Error.Code == 404 {
+			return nil, jetstream.ErrMsgNotFound
+		}
+		return nil, resp.Error
+	}
+	if resp.Message == nil {
+		return nil, fmt.Errorf("bgjob/fleet: get from %s: empty answer", stream)
+	}
+	out := &jetstream.RawStreamMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Sequence, Data: resp.Message.Data, Time: resp.Message.Time}
+	if len(resp.Message.Header) > 0 {
+		if out.Header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+			return nil, fmt.Errorf("bgjob/fleet: get from %s: %w", stream, err)
+		}
+	}
+	return out, nil
 }
 
 // deletedMsg reports whether a key-value message is a delete, a purge or
@@ -217,20 +262,21 @@ func (s *store) list(ctx context.Context, filter string) (map[string]record, err
 	return out, err
 }
 
-// alive reports whether the worker's heartbeat is in the workers bucket.
+// alive reports whether the worker's heartbeat is in the workers bucket,
+// as its leader has it (see lastMsg).
 func (s *store) alive(ctx context.Context, worker string) (bool, error) {
 	var ok bool
 	err := retry(ctx, s.l, func(ctx context.Context) error {
-		_, err := s.workers.Get(ctx, "hb."+worker)
+		m, err := s.lastMsg(ctx, "KV_"+s.l.workersBucket(), "$KV."+s.l.workersBucket()+".hb."+worker)
 		switch {
-		case err == nil:
-			ok = true
-			return nil
-		case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+		case errors.Is(err, jetstream.ErrMsgNotFound):
 			ok = false
 			return nil
+		case err != nil:
+			return err
 		}
-		return err
+		ok = !deletedMsg(m.Header) && len(m.Data) > 0
+		return nil
 	})
 	return ok, err
 }

@@ -2,12 +2,23 @@ package fleet
 
 import (
 	"context"
+	"log/slog"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/bgjob/bgjob"
 	"github.com/nats-io/nats.go"
 )
+
+// testLogger is the workers' and clients' Logger in tests: their
+// warnings on stderr when BGJOB_FLEET_LOG is set, else nil.
+func testLogger() *slog.Logger {
+	if os.Getenv("BGJOB_FLEET_LOG") == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, nil))
+}
 
 func natsConnect(url string) (*nats.Conn, error) {
 	return nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
@@ -27,7 +38,7 @@ func newWorker(t testing.TB, url string, l Layout, slots int, cfg bgjob.Config) 
 		t.Fatal(err)
 	}
 	nc := connect(t, url)
-	w, err := NewWorker(nc, reg, WorkerConfig{Layout: l, Slots: slots, Heartbeat: 250 * time.Millisecond, HeartbeatTTL: time.Second, AckWait: 2 * time.Second})
+	w, err := NewWorker(nc, reg, WorkerConfig{Layout: l, Slots: slots, Heartbeat: 250 * time.Millisecond, HeartbeatTTL: time.Second, AckWait: 2 * time.Second, Logger: testLogger()})
 	if err != nil {
 		reg.Close(context.Background())
 		t.Fatal(err)
@@ -47,6 +58,9 @@ func newWorker(t testing.TB, url string, l Layout, slots int, cfg bgjob.Config) 
 func newClient(t testing.TB, url string, cfg ClientConfig) *Client {
 	t.Helper()
 	nc := connect(t, url)
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger()
+	}
 	c, err := NewClient(nc, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -37,13 +37,18 @@ const (
 
 // record is a job's value in the jobs bucket.
 type record struct {
-	Phase    phase          `json:"phase"`
-	Run      string         `json:"run"`              // this run's nonce; a later launch of the ID makes another
-	Worker   string         `json:"worker,omitempty"` // the worker that claimed the run
-	Local    bgjob.ID       `json:"local,omitempty"`  // the job's ID in the worker's Registry
-	Pollable bool           `json:"pollable"`         // launched by Start, joined by Start, or detached: its end yields a completion
-	Rerun    bool           `json:"rerun,omitempty"`  // a worker lost before it started the run puts it back in the queue
-	Snap     bgjob.Snapshot `json:"snapshot"`
+	Phase    phase    `json:"phase"`
+	Run      string   `json:"run"`              // this run's nonce; a later launch of the ID makes another
+	Worker   string   `json:"worker,omitempty"` // the worker that claimed the run
+	Local    bgjob.ID `json:"local,omitempty"`  // the job's ID in the worker's Registry
+	Pollable bool     `json:"pollable"`         // launched by Start, joined by Start, or detached: its end yields a completion
+	Rerun    bool     `json:"rerun,omitempty"`  // a worker lost before it started the run puts it back in the queue
+	// Interactive and TTY are the launch's Spec.Interactive (or TTY)
+	// and Spec.TTY != nil, so that a request to an ended job fails
+	// with the error the Registry would give.
+	Interactive bool           `json:"interactive,omitempty"`
+	TTY         bool           `json:"tty,omitempty"`
+	Snap        bgjob.Snapshot `json:"snapshot"`
 	// Write is a nonce of the write that made this value, so that a
 	// writer whose answer was lost can tell its own write (store.cas).
 	Write string `json:"write"`
@@ -51,20 +56,25 @@ type record struct {
 
 // rpcRequest is a request to the job's worker.
 type rpcRequest struct {
-	Op     string        `json:"op"` // "status", "read", "readwait", "cancel"
+	Op     string        `json:"op"` // "status", "read", "readwait", "cancel", "write", "closeinput", "resize", "screen"
 	ID     bgjob.ID      `json:"id"`
 	Run    string        `json:"run"`
 	Offset int64         `json:"offset,omitempty"`
 	Max    int           `json:"max,omitempty"`
-	Wait   time.Duration `json:"wait,omitempty"` // readwait: how long the worker may wait
+	Wait   time.Duration `json:"wait,omitempty"` // readwait, write: how long the worker may wait
+	Data   []byte        `json:"data,omitempty"` // write: the bytes
+	Rows   uint16        `json:"rows,omitempty"` // resize
+	Cols   uint16        `json:"cols,omitempty"` // resize
 }
 
 // reply is a worker's answer: a start, or a request.
 type reply struct {
-	Snap  *bgjob.Snapshot `json:"snapshot,omitempty"`
-	Chunk *bgjob.Chunk    `json:"chunk,omitempty"`
-	Err   string          `json:"error,omitempty"`
-	Kind  string          `json:"kind,omitempty"` // which sentinel Err wraps (errKinds)
+	Snap   *bgjob.Snapshot `json:"snapshot,omitempty"`
+	Chunk  *bgjob.Chunk    `json:"chunk,omitempty"`
+	Screen *bgjob.Screen   `json:"screen,omitempty"`
+	N      int             `json:"n,omitempty"` // write: bytes written, also with an error
+	Err    string          `json:"error,omitempty"`
+	Kind   string          `json:"kind,omitempty"` // which sentinel Err wraps (errKinds)
 }
 
 // errKinds names the sentinels an error may wrap across the wire.
@@ -79,6 +89,8 @@ var errKinds = []struct {
 	{"rejected", bgjob.ErrRejected},
 	{"unsupported", bgjob.ErrUnsupported},
 	{"invalid_argument", bgjob.ErrInvalidArgument},
+	{"input_closed", bgjob.ErrInputClosed},
+	{"not_interactive", bgjob.ErrNotInteractive},
 	{"deadline", context.DeadlineExceeded},
 	{"canceled", context.Canceled},
 }
@@ -128,9 +140,14 @@ const idKeyContext = "github.com/bgjob/bgjob/fleet 2026-11 job ID key"
 // the same ID at every client. Dir and the timeouts enter as given, not
 // as a worker would resolve them: "" and "." are different jobs. A Unique
 // launch mixes in a fresh nonce.
+//
+// As locally, Priority is not part of a job's identity (an identical
+// launch of another Priority joins), and an interactive launch is a
+// conversation of its own: it never joins, nor is joined.
 func fleetID(key *[32]byte, spec bgjob.Spec) (bgjob.ID, error) {
-	unique := spec.Unique
+	unique := spec.Unique || spec.Interactive || spec.TTY != nil
 	spec.Unique = false
+	spec.Priority = 0
 	b, err := json.Marshal(spec)
 	if err != nil {
 		return "", fmt.Errorf("bgjob/fleet: encode spec: %w", err)

@@ -628,6 +628,33 @@ func (w *Worker) handle(m *nats.Msg) reply {
 			return errorReply(err)
 		}
 		return reply{Chunk: &c}
+	case "write":
+		wait := min(max(req.Wait, 0), maxWait)
+		ctx, cancel := context.WithTimeout(w.ctx, wait)
+		n, err := w.reg.Write(ctx, local, req.Data)
+		cancel()
+		r := reply{N: n}
+		if err != nil {
+			r = errorReply(err)
+			r.N = n
+		}
+		return r
+	case "closeinput":
+		if err := w.reg.CloseInput(local); err != nil {
+			return errorReply(err)
+		}
+		return reply{}
+	case "resize":
+		if err := w.reg.Resize(local, req.Rows, req.Cols); err != nil {
+			return errorReply(err)
+		}
+		return reply{}
+	case "screen":
+		sc, err := w.reg.Screen(local)
+		if err != nil {
+			return errorReply(err)
+		}
+		return reply{Screen: &sc}
 	}
 	return errorReply(fmt.Errorf("bgjob/fleet: request %q: %w", req.Op, bgjob.ErrInvalidArgument))
 }
