@@ -98,6 +98,9 @@ type Worker struct {
 	running atomic.Int64   // launches taken and not yet finalized
 	freed   chan struct{}  // a slot freed (capacity 1)
 	sub     *nats.Subscription
+	// detached is set by Detach: the runs are left to the next worker
+	// of this name, unrecorded.
+	detached atomic.Bool
 
 	// mu guards the fields below.
 	mu        sync.Mutex
@@ -184,12 +187,21 @@ func NewWorker(nc *nats.Conn, reg *bgjob.Registry, cfg WorkerConfig) (*Worker, e
 	if err := w.beat(setup); err != nil {
 		return nil, fmt.Errorf("bgjob/fleet: heartbeat: %w", err)
 	}
-	w.sub, err = nc.Subscribe(l.rpcSubject(cfg.Name, "*"), w.request)
-	if err != nil {
-		return nil, fmt.Errorf("bgjob/fleet: subscribe: %w", err)
-	}
+	// The worker's life starts before its first request can come.
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	w.takeCtx, w.stopTaking = context.WithCancel(w.ctx)
+	w.sub, err = nc.Subscribe(l.rpcSubject(cfg.Name, "*"), w.request)
+	if err != nil {
+		w.cancel()
+		return nil, fmt.Errorf("bgjob/fleet: subscribe: %w", err)
+	}
+	if err := w.adopt(setup); err != nil {
+		w.detached.Store(true) // leave what was adopted unrecorded
+		w.sub.Unsubscribe()
+		w.cancel()
+		w.wg.Wait()
+		return nil, fmt.Errorf("bgjob/fleet: adopt: %w", err)
+	}
 	w.rp = startReaper(s, log)
 	w.wg.Add(2)
 	go w.heartbeats() // ends when Close cancels ctx
@@ -390,7 +402,7 @@ func (w *Worker) serve(m jetstream.Msg) {
 	if sv.cancelled.Load() {
 		go w.reg.Cancel(local) // a Cancel came during the start; it ends with the job
 	}
-	w.follow(sv, local)
+	w.follow(sv, local, 0)
 }
 
 // claim moves the run's record from queued to claimed by this worker. It
@@ -450,9 +462,11 @@ const readMax = 256 << 10
 
 // follow publishes the job's admitted output by offset as it comes, then
 // records its end.
-func (w *Worker) follow(sv *served, local bgjob.ID) {
+// It publishes from offset next on (0, or where an adopted run's last
+// published chunk ended). A worker that detaches leaves the run
+// unrecorded, for the next worker of its name to adopt.
+func (w *Worker) follow(sv *served, local bgjob.ID, next int64) {
 	subject := w.cfg.outSubject(sv.token, string(sv.id), sv.run)
-	var next int64
 	for {
 		c, err := w.reg.ReadWait(w.ctx, local, next, readMax)
 		if err != nil {
@@ -479,7 +493,13 @@ func (w *Worker) follow(sv *served, local bgjob.ID) {
 			break
 		}
 	}
+	if w.detached.Load() {
+		return
+	}
 	final, err := w.reg.Wait(w.ctx, local)
+	if err != nil && w.detached.Load() {
+		return
+	}
 	if err != nil {
 		// Evicted before its end was read (Retention.MaxJobs too low),
 		// or the worker is closing with the job still running.
@@ -661,6 +681,112 @@ func (w *Worker) handle(m *nats.Msg) reply {
 
 // errStarting: the run is claimed and its process not yet started.
 var errStarting = errors.New("bgjob/fleet: job starting")
+
+// adopt settles the runs the fleet records as this worker's, left by an
+// earlier worker of the same Name (one that died, or detached, before
+// its heartbeat expired): a run its Registry still holds (in durable
+// mode, replayed from the StateDir) is served again, and its output
+// published on from where it was; a run the Registry does not hold, or
+// one claimed and not yet started, is recorded lost, as a reaper would
+// (at most once; with Rerun, a claimed run goes back to the queue). A
+// run the fleet already recorded lost whose job the Registry still runs
+// is cancelled there: the fleet has told everyone it ended.
+func (w *Worker) adopt(ctx context.Context) error {
+	recs, err := w.s.list(ctx, "*.*")
+	if err != nil {
+		return err
+	}
+	for key, rec := range recs {
+		if rec.Worker != w.cfg.Name {
+			continue
+		}
+		var snap bgjob.Snapshot
+		held := false
+		if rec.Local != "" {
+			if s, err := w.reg.Status(rec.Local); err == nil {
+				snap, held = s, true
+			}
+		}
+		switch {
+		case rec.Phase == phaseEnded && held && !snap.State.Done() && rec.Snap.Reason == reasonLost:
+			w.wg.Add(1)
+			go func() { // ends with the job, KillGrace at most
+				defer w.wg.Done()
+				w.reg.Cancel(rec.Local)
+			}()
+		case rec.Phase == phaseRunning && held:
+			sv := &served{id: rec.Snap.ID, run: rec.Run, token: key[:strings.IndexByte(key, '.')], key: key, ended: make(chan struct{})}
+			sv.local.Store(rec.Local)
+			from := w.published(ctx, sv)
+			w.mu.Lock()
+			w.jobs[sv.id] = sv
+			w.mu.Unlock()
+			w.running.Add(1)
+			w.wg.Add(1)
+			go func() { // ends when the run's end is recorded
+				defer w.wg.Done()
+				defer w.release()
+				defer w.forget(sv)
+				w.follow(sv, rec.Local, from)
+			}()
+			w.log.Info("bgjob/fleet: adopted", "id", sv.id, "local", rec.Local, "pid", snap.PID, "from", from)
+		case rec.Phase == phaseRunning || rec.Phase == phaseClaimed:
+			cur, rev, found, err := w.s.get(ctx, key)
+			if err != nil {
+				return err
+			}
+			if found {
+				if _, err := w.s.lose(ctx, key, cur, rev); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// published returns where the output the fleet holds of sv's run ends:
+// the Next of its last published chunk, or 0.
+func (w *Worker) published(ctx context.Context, sv *served) int64 {
+	m, err := w.s.lastMsg(ctx, w.cfg.outStream(), w.cfg.outSubject(sv.token, string(sv.id), sv.run))
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseInt(m.Header.Get(hdrNext), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// Detach stops the worker without stopping its jobs, for a restart of
+// the host in durable mode: it takes no more launches, stops answering
+// requests and publishing output, and leaves its heartbeat to expire.
+// Call the Registry's Detach after it. A worker started again with the
+// same Name, on a Registry of the same StateDir, within HeartbeatTTL of
+// the last heartbeat adopts the jobs (see NewWorker), a job that ended
+// meanwhile with its real end; until then, Status shows their records
+// and the other requests fail with ErrUnavailable. If none comes back in time, the
+// reapers record the jobs lost. Detach waits for every goroutine the
+// worker started; it is a no-op after Close or Detach.
+func (w *Worker) Detach() error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil
+	}
+	w.closed = true
+	w.rpcClosed = true
+	w.mu.Unlock()
+	w.detached.Store(true)
+	w.stopTaking()
+	w.sub.Unsubscribe()
+	w.cancel()
+	w.rpcWG.Wait()
+	w.wg.Wait()
+	w.rp.close()
+	return nil
+}
 
 // Close stops the worker: it takes no more launches, cancels the jobs it
 // runs (their ends are recorded, Cancelled, and their completions
