@@ -7,6 +7,13 @@
 //	mcpserver [-dir DIR] [-max-running N] [-queue] [-max-queued N] [-progress-interval D] [-kill-grace D]
 //	          [-head-bytes N] [-tail-bytes N] [-state-dir DIR]
 //	          [-memory SIZE] [-pids N] [-cpu CORES] [-cpu-time D] [-sandbox] [-v]
+//	          [-nats URLS [-pool P] [-replicas N] [-nats-creds FILE] [-nats-ca FILE]]
+//	mcpserver -worker -nats URLS [-worker-name NAME] [-slots N] [the job flags above]
+//
+// With -nats the server's tools run their jobs on a fleet of workers
+// (github.com/bgjob/bgjob/fleet) reached through NATS JetStream; with
+// -worker the process serves no MCP but runs the fleet's jobs, with the
+// job flags (-dir, -max-running, -state-dir, limits, -sandbox...).
 //
 // See README.md for the tools and how to register the server with a client.
 package main
@@ -59,6 +66,15 @@ func run(args []string) int {
 	fs.Float64Var(&opts.Limits.CPU, "cpu", 0, "most CPU cores each job may use, such as 1.5 (needs a cgroup v2 cpu controller; 0: no limit)")
 	fs.DurationVar(&opts.Limits.CPUTime, "cpu-time", 0, "most CPU time each process of a job may use (0: no limit)")
 	fs.BoolVar(&opts.Sandbox, "sandbox", false, "run every job in a sandbox (bubblewrap on Linux): it may write the -dir jail (or its cwd) and a private /tmp, read the rest, and reach no network")
+	var ff fleetFlags
+	fs.StringVar(&ff.url, "nats", "", "run jobs on a fleet: the NATS servers' URLs, comma-separated (nats:// or tls://, user:password@ allowed)")
+	fs.StringVar(&ff.creds, "nats-creds", "", "with -nats, a NATS credentials file (a user JWT and its nkey)")
+	fs.StringVar(&ff.ca, "nats-ca", "", "with -nats, CA certificates (PEM) that tls:// servers are checked against")
+	fs.StringVar(&ff.pool, "pool", "", `with -nats, the pool of workers (default "default")`)
+	fs.IntVar(&ff.replicas, "replicas", 0, "with -nats, the copies JetStream keeps of the fleet's streams and buckets when it makes them (0: 1; 3 for a cluster of three)")
+	fs.BoolVar(&ff.worker, "worker", false, "with -nats, serve no MCP: run the fleet's jobs on this machine until SIGINT or SIGTERM")
+	fs.StringVar(&ff.name, "worker-name", "", "with -worker, the worker's name in the fleet (default: random; set it, with -state-dir, to adopt jobs after a restart)")
+	fs.IntVar(&ff.slots, "slots", 0, "with -worker, the launches run at once (0: 16)")
 	verbose := fs.Bool("v", false, "log the server's diagnostics to stderr")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -70,6 +86,26 @@ func run(args []string) int {
 	if *verbose {
 		// stdout carries the protocol: diagnostics go to stderr only.
 		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	if ff.worker {
+		if ff.url == "" {
+			fmt.Fprintln(os.Stderr, "mcpserver: -worker needs -nats")
+			return 2
+		}
+		return runWorker(opts, ff)
+	}
+	if ff.url != "" {
+		if field := localOption(opts); field != "" {
+			fmt.Fprintf(os.Stderr, "mcpserver: with -nats, the job flags (here %s) are the workers': pass them to mcpserver -worker\n", field)
+			return 2
+		}
+		jobs, closeConn, err := fleetClient(ff)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "mcpserver: %v\n", err)
+			return 1
+		}
+		defer closeConn()
+		opts.Jobs = jobs
 	}
 
 	srv, err := New(opts)

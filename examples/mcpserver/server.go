@@ -78,6 +78,15 @@ type Options struct {
 	// (processes and CPU need a cgroup v2 with those controllers).
 	Limits bgjob.Limits
 
+	// Jobs, if set, runs the jobs instead of a Registry of the server's
+	// own: a fleet client (github.com/bgjob/bgjob/fleet), whose workers
+	// run them on other machines. The server closes it. The options
+	// that configure a local registry (Jail, MaxRunning, Queue,
+	// MaxQueued, StateDir, KillGrace, HeadBytes, TailBytes, Sandbox,
+	// Limits) must then be zero: they are the workers' (see
+	// RegistryConfig); New fails naming the first one set.
+	Jobs bgjob.Jobs
+
 	// Logger receives the server's own diagnostics, never job output.
 	// If Logger is nil, nothing is logged.
 	Logger *slog.Logger
@@ -92,14 +101,16 @@ type Options struct {
 // many goroutines; [Server.Close] stops it.
 type Server struct {
 	mcp   *mcp.Server
-	reg   *bgjob.Registry
+	reg   bgjob.Jobs // a local Registry, or Options.Jobs
 	log   *slog.Logger
-	jail  string // symlink-resolved Options.Jail, or ""
 	fixed string // Options.Session, or "default" in durable mode: every connection's session
 	// durable: Options.StateDir is set; Close detaches instead of stopping jobs.
 	durable bool
-	notify  *notifier
-	once    sync.Once // closes notify
+	// remote: the jobs are Options.Jobs (a fleet), whose completions
+	// each connection takes with NextCompletion (forward).
+	remote bool
+	notify *notifier
+	once   sync.Once // closes notify
 
 	// watchers counts the goroutines that wait for a connection to end
 	// (one per Connect); Close waits for them.
@@ -131,6 +142,46 @@ func New(opts Options) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	s.fixed = opts.Session
+	if opts.Jobs != nil {
+		// The jobs run elsewhere (a fleet's workers): what configures a
+		// local registry is the workers' to set.
+		if field := localOption(opts); field != "" {
+			return nil, fmt.Errorf("Options.%s: configures a local registry; with Options.Jobs set it on the workers", field)
+		}
+		s.reg, s.remote = opts.Jobs, true
+	} else {
+		cfg, err := RegistryConfig(opts)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Logger = s.log
+		cfg.OnComplete = s.completed
+		s.durable = cfg.StateDir != ""
+		if s.durable && s.fixed == "" {
+			s.fixed = "default"
+		}
+		reg, err := bgjob.New(cfg)
+		if err != nil {
+			return nil, err
+		}
+		s.reg = reg
+	}
+	s.notify = newNotifier(s)
+	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "bgjob-mcpserver", Version: "v0.1.0"}, &mcp.ServerOptions{
+		Instructions:              instructions,
+		Logger:                    s.log,
+		SupportedProtocolVersions: statefulVersions(),
+	})
+	s.addTools()
+	return s, nil
+}
+
+// RegistryConfig returns the bgjob.Config of a Registry that runs jobs
+// as opts ask, here or on a fleet worker (-worker): the Jail (as Dir and
+// a Guard), limits, sandbox, queue and durable mode. Logger and
+// OnComplete are the caller's to set.
+func RegistryConfig(opts Options) (bgjob.Config, error) {
 	cfg := bgjob.Config{
 		MaxRunning:       opts.MaxRunning,
 		Queue:            opts.Queue,
@@ -140,52 +191,60 @@ func New(opts Options) (*Server, error) {
 		KillGrace:        opts.KillGrace,
 		HeadBytes:        opts.HeadBytes,
 		TailBytes:        opts.TailBytes,
-		Logger:           s.log,
-		OnComplete:       s.completed,
 	}
 	if cfg.ProgressInterval == 0 {
 		cfg.ProgressInterval = defaultProgressInterval
 	}
-	s.fixed = opts.Session
 	if opts.StateDir != "" {
 		abs, err := filepath.Abs(opts.StateDir)
 		if err != nil {
-			return nil, fmt.Errorf("state dir: %w", err)
+			return cfg, fmt.Errorf("state dir: %w", err)
 		}
 		cfg.StateDir = abs
-		s.durable = true
-		if s.fixed == "" {
-			s.fixed = "default"
-		}
 	}
 	if opts.Jail != "" {
 		jail, err := resolveDir(opts.Jail)
 		if err != nil {
-			return nil, fmt.Errorf("jail: %w", err)
+			return cfg, fmt.Errorf("jail: %w", err)
 		}
-		s.jail = jail
 		cfg.Dir = jail
 		if opts.Sandbox {
 			cfg.Sandbox = &bgjob.Sandbox{Writable: []string{jail}}
 		}
-		cfg.Guard = s.guard
+		cfg.Guard = jailGuard(jail)
 	}
 	if opts.Sandbox && cfg.Sandbox == nil {
 		cfg.Sandbox = &bgjob.Sandbox{} // each job's working directory is writable
 	}
-	reg, err := bgjob.New(cfg)
-	if err != nil {
-		return nil, err
+	return cfg, nil
+}
+
+// localOption names the first option set that configures a local
+// registry, or returns "".
+func localOption(opts Options) string {
+	switch {
+	case opts.Jail != "":
+		return "Jail"
+	case opts.MaxRunning != 0:
+		return "MaxRunning"
+	case opts.Queue:
+		return "Queue"
+	case opts.MaxQueued != 0:
+		return "MaxQueued"
+	case opts.StateDir != "":
+		return "StateDir"
+	case opts.KillGrace != 0:
+		return "KillGrace"
+	case opts.HeadBytes != 0:
+		return "HeadBytes"
+	case opts.TailBytes != 0:
+		return "TailBytes"
+	case opts.Sandbox:
+		return "Sandbox"
+	case !opts.Limits.IsZero():
+		return "Limits"
 	}
-	s.reg = reg
-	s.notify = newNotifier(s)
-	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "bgjob-mcpserver", Version: "v0.1.0"}, &mcp.ServerOptions{
-		Instructions:              instructions,
-		Logger:                    s.log,
-		SupportedProtocolVersions: statefulVersions(),
-	})
-	s.addTools()
-	return s, nil
+	return ""
 }
 
 const instructions = `Run shell commands with the shell tool. A command that is still running ` +
@@ -240,7 +299,7 @@ func resolveDir(dir string) (string, error) {
 // errOutsideJail is what the guard refuses a working directory with.
 var errOutsideJail = errors.New("working directory is outside the allowed directory")
 
-// guard is the Config.Guard of a jailed server: it refuses a job whose
+// jailGuard is the Config.Guard of a jailed server: it refuses a job whose
 // working directory, with symlinks resolved, is not the jail or below it.
 // Resolving matters: "jail/link" pointing at "/" is lexically inside the
 // jail and really outside it.
@@ -248,15 +307,17 @@ var errOutsideJail = errors.New("working directory is outside the allowed direct
 // This jails the starting directory only; the command itself can still
 // cd anywhere the server's user may. It is a guard against mistakes, not
 // a sandbox.
-func (s *Server) guard(_ context.Context, spec bgjob.Spec) error {
-	real, err := filepath.EvalSymlinks(spec.Dir)
-	if err != nil {
-		return fmt.Errorf("resolve working directory: %w", err)
+func jailGuard(jail string) func(context.Context, bgjob.Spec) error {
+	return func(_ context.Context, spec bgjob.Spec) error {
+		real, err := filepath.EvalSymlinks(spec.Dir)
+		if err != nil {
+			return fmt.Errorf("resolve working directory: %w", err)
+		}
+		if !within(jail, real) {
+			return errOutsideJail
+		}
+		return nil
 	}
-	if !within(s.jail, real) {
-		return errOutsideJail
-	}
-	return nil
 }
 
 // within reports whether path is root or lies below it. Both are clean
@@ -288,10 +349,21 @@ func (s *Server) Connect(ctx context.Context, t mcp.Transport) (*mcp.ServerSessi
 		s.watchers.Done()
 		return nil, err
 	}
-	s.session(ss)
+	id := s.session(ss)
 	go func() { // ends when the connection does; Close closes it
 		defer s.watchers.Done()
+		var fwd sync.WaitGroup
+		fctx, stop := context.WithCancel(context.Background())
+		if s.remote {
+			fwd.Add(1)
+			go func() { // ends when stop is called, below
+				defer fwd.Done()
+				s.forward(fctx, id)
+			}()
+		}
 		_ = ss.Wait()
+		stop()
+		fwd.Wait()
 		s.endSession(ss)
 	}()
 	return ss, nil
@@ -394,6 +466,30 @@ func (s *Server) Close(ctx context.Context) error {
 // keeps the registry's queue bounded and delivers each completion once.
 func (s *Server) completed(c bgjob.Completion) {
 	s.notify.push(s.reg.Completions(c.Session))
+}
+
+// forward takes the session's completions from remote jobs (a fleet
+// has no OnComplete: its completions wait in the fleet, each for one
+// taker) and hands them to the notifier, until ctx ends.
+func (s *Server) forward(ctx context.Context, session string) {
+	for {
+		c, err := s.reg.NextCompletion(ctx, session)
+		if err == nil {
+			s.notify.push([]bgjob.Completion{c})
+			continue
+		}
+		if ctx.Err() != nil || errors.Is(err, bgjob.ErrClosed) {
+			return
+		}
+		s.log.Warn("mcpserver: completions", "session", session, "err", err)
+		t := time.NewTimer(time.Second) // the fleet is unreachable: try again
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+	}
 }
 
 // notifier sends completion notifications from a goroutine of its own, so
