@@ -16,6 +16,10 @@ import (
 // Layout.Prefix of its own.
 var testCluster *cluster
 
+// natsURL is the test cluster's servers, comma-separated, for the
+// examples (package fleet_test, through NATSURL in export_test.go).
+var natsURL string
+
 func TestMain(m *testing.M) {
 	if os.Getenv("BGJOB_FLEET_CHILD") == "worker" {
 		childWorker()
@@ -31,6 +35,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "start cluster:", err)
 		os.Exit(1)
 	}
+	natsURL = testCluster.all()
 	code := m.Run()
 	testCluster.shutdown()
 	os.RemoveAll(dir)
