@@ -19,7 +19,10 @@ const benchConcurrency = 48
 
 // runJobs starts n jobs of `true` through j with benchConcurrency
 // launches in flight, and waits for each one's completion.
+// A failed Start fails the benchmark and ends the wait for completions.
 func runJobs(b *testing.B, ctx context.Context, starters []bgjob.Jobs, completions bgjob.Jobs, session string, n int) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -40,6 +43,7 @@ func runJobs(b *testing.B, ctx context.Context, starters []bgjob.Jobs, completio
 			defer func() { <-sem }()
 			if _, err := starters[i%len(starters)].Start(ctx, bgjob.Spec{Command: "true", Session: session, Unique: true}); err != nil {
 				b.Error(err)
+				cancel()
 			}
 		}()
 	}
@@ -48,12 +52,14 @@ func runJobs(b *testing.B, ctx context.Context, starters []bgjob.Jobs, completio
 }
 
 // BenchmarkJobs measures jobs per second, each a `true` started and its
-// completion taken, with 48 launches in flight: through one local
-// Registry, and through a fleet of three workers (16 slots each, one on
-// each node of the 3-node cluster) from three clients.
+// completion taken, with 48 launches in flight and at most 48 jobs
+// running: through one local Registry (MaxRunning 48, with its queue, as
+// the fleet's launches wait in the work queue), and through a fleet of
+// three workers (16 slots each, one on each node of the 3-node cluster)
+// from three clients.
 func BenchmarkJobs(b *testing.B) {
 	b.Run("local", func(b *testing.B) {
-		reg, err := bgjob.New(bgjob.Config{MaxRunning: 64})
+		reg, err := bgjob.New(bgjob.Config{MaxRunning: 48, Queue: true, MaxQueued: 1 << 20, Retention: bgjob.Retention{MaxJobs: 256}})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -42,9 +42,15 @@
 //	                                config.idkey             the fleet's shared ID key
 //	P_out      stream               P.out.SESSION.ID.RUN     admitted output chunks, by offset
 //	P_done     stream, work queue   P.done.SESSION           completions, each taken once
-//	(core)     request-reply        P.rpc.WORKER.SESSION     Status, Read, ReadWait, Cancel at the job's worker
+//	(core)     request-reply        P.rpc.WORKER.SESSION     Status, Read, ReadWait, Cancel, Write,
+//	                                                         CloseInput, Resize, Screen at the job's worker
 //
 // SESSION is [SessionToken] of the session's name.
+//
+// Every read that decides something (a record before a compare-and-set,
+// a heartbeat before a loss is recorded, the output of an ended job) is
+// answered by the stream's leader, never by a replica's direct get,
+// which may not yet hold what the leader acknowledged.
 //
 // # Failures
 //
@@ -71,6 +77,13 @@
 //     Layout.RequestTimeout.
 //   - A client that dies: its jobs go on; a completion it had taken but
 //     not acknowledged is delivered again 30s later.
+//   - A worker restarted under the same Name adopts the runs recorded as
+//     its own (see [NewWorker]): with a durable Registry (StateDir) on
+//     the same folder, within HeartbeatTTL, a running job is served
+//     again and its output published on from where it was, and a job
+//     that ended meanwhile gets its real end; a run its Registry does
+//     not hold is recorded lost at once. [Worker.Detach] stops a worker
+//     for such a restart without stopping its jobs.
 //
 // # Sessions and security
 //
@@ -94,8 +107,8 @@
 //	      # A host scoped to session alice.
 //	      { user: alice, password: $ALICE_PASS, permissions: {
 //	          publish: ["bgjob.launch.*.alice", "bgjob.rpc.*.alice", "$KV.bgjob_jobs.alice.>",
-//	                    "$JS.API.DIRECT.GET.KV_bgjob_jobs.$KV.bgjob_jobs.alice.>",
-//	                    "$JS.API.DIRECT.GET.bgjob_out", "$JS.API.STREAM.INFO.*", "$JS.API.CONSUMER.CREATE.*.*.bgjob.done.alice",
+//	                    "$JS.API.STREAM.MSG.GET.KV_bgjob_jobs", "$JS.API.STREAM.MSG.GET.bgjob_out",
+//	                    "$JS.API.STREAM.INFO.*", "$JS.API.CONSUMER.CREATE.*.*.bgjob.done.alice",
 //	                    "$JS.API.CONSUMER.CREATE.KV_bgjob_jobs.*.$KV.bgjob_jobs.alice.>",
 //	                    "$JS.API.CONSUMER.MSG.NEXT.bgjob_done.done-alice", "$JS.ACK.bgjob_done.done-alice.>",
 //	                    "$JS.API.CONSUMER.DELETE.KV_bgjob_jobs.>", "$JS.API.INFO"],
@@ -106,7 +119,13 @@
 //
 // The scoped user's list is a sketch of what its client sends, not a
 // tested policy: this package's tests check the isolation of scoped
-// clients and of the workers' requests, not NATS's permissions. The
+// clients and of the workers' requests, not NATS's permissions. In
+// particular STREAM.MSG.GET cannot be limited to one session's keys by
+// subject, so a user who may send it can read any record by its key:
+// where sessions belong to parties that do not trust each other, give
+// each its own Prefix (its own streams and buckets, and its own
+// workers) or its own NATS account, rather than one fleet with subject
+// permissions. The
 // shared ID key (config.idkey in the workers bucket) must be readable
 // only by workers and trusted clients: whoever has it can compute IDs.
 // A scoped client should be given the key in ClientConfig.IDKey.
@@ -125,10 +144,14 @@
 //     start; Status gives the live text.
 //   - IDs are the fleet's, a keyed hash of the Spec as the client gave
 //     it: Dir "" and "." are different jobs here.
-//   - A worker restarted in durable mode does not yet adopt its jobs
-//     into the fleet: their records are reported lost when its old
-//     heartbeat expires.
-//   - The methods later issues add to Registry (Write, Watch, ...) are
-//     not yet offered; each is a request to the job's worker, like
-//     Cancel.
+//   - Write sends at most 256 KiB per request; concurrent Writes to one
+//     job may interleave between those pieces (locally they never do).
+//   - Screen of an ended TTY job fails with ErrUnsupported: the emulator
+//     lives on the worker, which lets the job go at its end.
+//   - Readmit fails with ErrUnsupported: the Admitter runs on the
+//     workers. Detach is Close: a client holds no job.
+//   - A queued launch is State Queued without a QueuePosition.
+//   - A worker restarted after its heartbeat expired finds its jobs
+//     recorded lost; a durable Registry's job still running then is
+//     cancelled there, since the fleet told everyone it ended.
 package fleet
