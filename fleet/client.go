@@ -975,12 +975,22 @@ func (c *Client) take(ctx context.Context, m jetstream.Msg) (bgjob.Completion, b
 		m.Term()
 		return comp, false
 	}
-	actx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
-	defer cancel()
-	if err := m.DoubleAck(actx); err != nil {
-		return comp, false // not ours after all: it comes again, to someone
+	// An acknowledgement whose answer did not come may have been
+	// applied: dropping the completion then would lose it. It is sent
+	// again (the same delivery's ack is idempotent) while the message's
+	// AckWait (30s) is far from over.
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+		err := m.DoubleAck(actx)
+		cancel()
+		if err == nil {
+			return comp, true
+		}
+		timedOut := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+		if !timedOut || attempt == 3 || ctx.Err() != nil {
+			return comp, false // not ours after all: it comes again, to someone
+		}
 	}
-	return comp, true
 }
 
 // NextCompletion blocks until a completion of the session is queued in

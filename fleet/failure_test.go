@@ -194,7 +194,7 @@ func TestNodeStopped(t *testing.T) {
 			t.Fatal(err)
 		}
 		nc := connect(t, list(i), dontRandomize())
-		w, err := NewWorker(nc, reg, WorkerConfig{Layout: l, Slots: 16, Heartbeat: 250 * time.Millisecond, HeartbeatTTL: 3 * time.Second})
+		w, err := NewWorker(nc, reg, WorkerConfig{Layout: l, Slots: 16, Heartbeat: 250 * time.Millisecond, HeartbeatTTL: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -240,7 +240,8 @@ func TestNodeStopped(t *testing.T) {
 			t.Fatalf("completion of %s twice", comp.ID)
 		}
 		if comp.State != bgjob.Exited || comp.ExitCode != 0 {
-			t.Errorf("completion %s: %s %d", comp.ID, comp.State, comp.ExitCode)
+			st, err := clients[0].Status(comp.ID)
+			t.Errorf("completion %s: %s %d (reason %q, %v)", comp.ID, comp.State, comp.ExitCode, st.Reason, err)
 		}
 	}
 	t.Logf("all %d completions %v after the stop", before+after, time.Since(stopped).Round(time.Millisecond))

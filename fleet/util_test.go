@@ -38,7 +38,7 @@ func newWorker(t testing.TB, url string, l Layout, slots int, cfg bgjob.Config) 
 		t.Fatal(err)
 	}
 	nc := connect(t, url)
-	w, err := NewWorker(nc, reg, WorkerConfig{Layout: l, Slots: slots, Heartbeat: 250 * time.Millisecond, HeartbeatTTL: time.Second, AckWait: 2 * time.Second, Logger: testLogger()})
+	w, err := NewWorker(nc, reg, WorkerConfig{Layout: l, Slots: slots, Heartbeat: 250 * time.Millisecond, HeartbeatTTL: 5 * time.Second, AckWait: 2 * time.Second, Logger: testLogger()})
 	if err != nil {
 		reg.Close(context.Background())
 		t.Fatal(err)

@@ -37,8 +37,13 @@ type WorkerConfig struct {
 	// Heartbeat is how often the worker writes its heartbeat; HeartbeatTTL
 	// is how long a heartbeat lasts, so how soon after the worker dies
 	// its jobs are reported lost. If Heartbeat is 0 it is 1s; if
-	// HeartbeatTTL is 0 it is 5s. HeartbeatTTL must be at least 1s and
-	// more than twice Heartbeat.
+	// HeartbeatTTL is 0 it is 10s. HeartbeatTTL must be at least 1s and
+	// more than twice Heartbeat, and should be well above the time the
+	// cluster takes to elect new leaders when it loses a server (a few
+	// seconds): a worker that cannot write its heartbeat for longer is
+	// taken for dead, and its running jobs are reported lost though they
+	// go on (their ends are then not recorded). A test with three servers
+	// on two busy cores lost two live workers' jobs with 3s.
 	Heartbeat    time.Duration
 	HeartbeatTTL time.Duration
 
@@ -145,7 +150,7 @@ func NewWorker(nc *nats.Conn, reg *bgjob.Registry, cfg WorkerConfig) (*Worker, e
 		cfg.Heartbeat = time.Second
 	}
 	if cfg.HeartbeatTTL <= 0 {
-		cfg.HeartbeatTTL = 5 * time.Second
+		cfg.HeartbeatTTL = 10 * time.Second
 	}
 	if cfg.HeartbeatTTL < time.Second || cfg.HeartbeatTTL <= 2*cfg.Heartbeat {
 		return nil, fmt.Errorf("bgjob/fleet: WorkerConfig.HeartbeatTTL %v: want at least 1s and more than twice Heartbeat (%v): %w", cfg.HeartbeatTTL, cfg.Heartbeat, errInvalidConfig)
