@@ -83,6 +83,20 @@ type Config struct {
 	// for long; it never delays another job.
 	OnComplete func(Completion)
 
+	// OnMatch, if not nil, is called once for each match of a watch
+	// (see [Watch]), with the same Match that Matches returns, after it
+	// is queued. It is called from the registry's delivery goroutine,
+	// one match at a time, in the order of each job's lines, never
+	// under the registry's lock and never from a job's supervisor: a
+	// job's output goes on while OnMatch runs. But OnMatch must not
+	// block for long: while a job has 1024 matches waiting for it, the
+	// job's output is no longer read (its writes block) until they are
+	// delivered; a job being stopped, timed out or whose shell has
+	// exited never waits so. So OnMatch must not wait for the end of a
+	// job that matches (Wait, WaitFor on it) either. A Close or Detach
+	// from OnMatch is served as from any hook.
+	OnMatch func(Match)
+
 	// Guard, if not nil, is called with every valid Spec before it is
 	// launched (joins included); an error refuses the launch with an
 	// error that wraps both ErrRejected and Guard's error. Use it for

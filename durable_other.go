@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sync/atomic"
 )
 
 // Durable mode needs pidfds and inotify, so for now it is Linux only.
@@ -16,7 +17,10 @@ func durableCheck() error {
 	return fmt.Errorf("durable mode on %s: %w", runtime.GOOS, ErrUnsupported)
 }
 
-type readLimits struct{ keep, tail, max int64 }
+type readLimits struct {
+	keep, tail, max int64
+	hold            *atomic.Int64
+}
 
 func bootID() string { return "" }
 

@@ -7,8 +7,8 @@ import "errors"
 var (
 	// ErrNotFound: no job with that ID is running or retained, or,
 	// through a [Session] view, none of that session. Returned by
-	// Status, Read, ReadWait, Wait and Cancel (of a Registry or a
-	// Session), and by the Read of a reader from Follow.
+	// Status, Read, ReadWait, Wait, Cancel, Watch and WaitFor (of a
+	// Registry or a Session), and by the Read of a reader from Follow.
 	ErrNotFound = errors.New("bgjob: job not found")
 
 	// ErrClosed: the registry has been closed. Returned by Start,
@@ -46,8 +46,10 @@ var (
 	// ErrInvalidArgument: an argument other than a Spec is out of range,
 	// such as a negative offset, or an offset inside a line of text that
 	// the Admitter rewrote (continue from Chunk.Next); the message names
-	// it. Returned by Read, ReadWait and a Follow reader's Read, and by
-	// Wait called from the job's own Admitter as the job ends.
+	// it. Returned by Read, ReadWait and a Follow reader's Read, by
+	// Watch (no Pattern, a name taken) and WaitFor (no pattern, a
+	// negative offset), and by Wait called from the job's own Admitter as
+	// the job ends.
 	ErrInvalidArgument = errors.New("bgjob: invalid argument")
 
 	// ErrSpawn: the job never ran: its process could not be started (a
@@ -57,4 +59,10 @@ var (
 	// and RunForeground return the job's snapshot with a nil error, since
 	// a job was launched and can be polled: check s.Err() too.
 	ErrSpawn = errors.New("bgjob: job never ran")
+
+	// ErrJobEnded: the job's output has ended. WaitFor returns an
+	// *EndedError that wraps it (and holds the final snapshot) when the
+	// job ends without a line that matches; Watch returns it for a job
+	// that has ended.
+	ErrJobEnded = errors.New("bgjob: job ended")
 )

@@ -20,6 +20,9 @@ type outcome struct {
 // It is called once per job, by its supervisor or, for a job that never
 // got a process, by spawn.
 func (r *Registry) finish(j *job, o outcome) {
+	if wt := j.ws.wt.Load(); wt != nil {
+		wt.end() // the last line, before a WaitFor caller sees the end
+	}
 	j.mu.Lock()
 	v := j.out.view()
 	j.mu.Unlock()

@@ -41,6 +41,9 @@ import (
 // hookRun is what the registry knows of a goroutine while it runs a hook.
 type hookRun struct {
 	j *job
+	// release, for the delivery goroutine's hooks (deliver.go), lets
+	// go of its count in the wait group; j is nil then.
+	release func()
 	// sv is the job's supervisor while this goroutine owns it and has
 	// not yet run it (JobStarted); nil otherwise. Only this goroutine
 	// touches it.
@@ -60,6 +63,19 @@ type hookRuns struct {
 func (h *hookRuns) during(j *job, sv *supervisor, hook func()) {
 	g := goid()
 	h.runs.Store(g, &hookRun{j: j, sv: sv})
+	h.hooking.Add(1)
+	defer func() {
+		h.hooking.Add(-1)
+		h.runs.Delete(g)
+	}()
+	hook()
+}
+
+// delivering runs hook (the Admitter or OnMatch) in the delivery goroutine
+// (deliver.go), which release lets go of for a Close from the hook.
+func (h *hookRuns) delivering(release func(), hook func()) {
+	g := goid()
+	h.runs.Store(g, &hookRun{release: release})
 	h.hooking.Add(1)
 	defer func() {
 		h.hooking.Add(-1)
@@ -141,6 +157,10 @@ func (r *Registry) leaveForClose() {
 		return
 	}
 	r.runOwn(h)
+	if h.release != nil {
+		h.release()
+		return
+	}
 	r.launchDone(h.j)
 }
 

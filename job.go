@@ -90,6 +90,13 @@ type Spec struct {
 	// Launches with different limits are different jobs: they never
 	// coalesce.
 	Limits Limits
+
+	// Watches are the job's watches from its first byte of output on
+	// (see [Watch]): each Pattern must be non-nil and each Name
+	// distinct. [Registry.Watch] adds one to a running job. Launches
+	// with different watches (names, patterns or Every, in order) are
+	// different jobs: they never coalesce.
+	Watches []Watch
 }
 
 // State is the lifecycle state of a job. A job is Running until it reaches

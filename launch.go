@@ -244,6 +244,10 @@ func (r *Registry) prepare(spec Spec) (Spec, ID, time.Duration, error) {
 	if p := r.cg.enforceable(spec.Limits.over(r.cfg.Limits)); p != nil {
 		return Spec{}, "", 0, p.err("Spec", ErrInvalidSpec)
 	}
+	if err := checkWatches(spec.Watches); err != nil {
+		return Spec{}, "", 0, err
+	}
+	spec.Watches = slices.Clone(spec.Watches)
 	spec.Dir = dir
 	spec.Env = maps.Clone(spec.Env)
 	timeout := spec.Timeout
@@ -268,7 +272,7 @@ func (r *Registry) newJob(spec Spec, id ID, timeout time.Duration) *job {
 		slices.Sort(extra)
 		env = mergeEnv(r.cfg.Env, extra)
 	}
-	return &job{
+	j := &job{
 		id:       id,
 		spec:     spec,
 		timeout:  timeout,
@@ -283,6 +287,8 @@ func (r *Registry) newJob(spec Spec, id ID, timeout time.Duration) *job {
 		exitCode: exitUnknown,
 		out:      newOutbuf(r.cfg.HeadBytes, r.cfg.TailBytes),
 	}
+	r.startWatches(j)
+	return j
 }
 
 // specError is the error for a bad Spec field.

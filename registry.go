@@ -79,6 +79,13 @@ type Registry struct {
 	// every channel of queueWake.
 	over bool
 	ret  retained // finished pollable jobs that nobody holds
+	// matchQueues holds each session's undelivered matches: the
+	// delivery goroutine appends, Matches takes the whole queue.
+	matchQueues map[string]*matchQueue
+
+	// feed holds the matches on their way to the delivery goroutine
+	// (deliver.go), under its own lock.
+	feed feed
 }
 
 // job is one run of a command. Its ID may name several runs over time;
@@ -104,6 +111,9 @@ type job struct {
 	// its ctx ends; both are followed by a poke.
 	stopReq atomic.Int32 // stopNone, stopCancel, stopClose or stopRelease
 	force   atomic.Bool  // Close ran out of time: SIGKILL now
+	// stopping reports that the supervisor began to stop the job (a
+	// request or a timeout): set once, by the supervisor.
+	stopping atomic.Bool
 	// exited reports that the shell has exited: set by the waiter
 	// goroutine or by the supervisor when its reader reports it.
 	exited atomic.Bool
@@ -150,6 +160,9 @@ type job struct {
 	// output (ReadWait) makes it, and the one who closes it clears it,
 	// so that output nobody waits for costs nothing.
 	changed chan struct{}
+
+	// ws is the job's part in watches (watch.go), with its own locking.
+	ws watchState
 }
 
 // queued is a completion waiting in its session's queue, with its job, so
@@ -215,6 +228,7 @@ func New(cfg Config) (*Registry, error) {
 		jobs:         make(map[ID]*job),
 		queues:       make(map[string][]queued),
 		queueWake:    make(map[string]chan struct{}),
+		matchQueues:  make(map[string]*matchQueue),
 	}
 	adopted, err := jn.restore(r)
 	if err != nil {

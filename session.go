@@ -4,15 +4,17 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"regexp"
 )
 
 // Session is a view of a [Registry] scoped to one session: the
 // registry's methods with the session filled in and checked. Its Start
 // and RunForeground launch jobs of that session; its Status, Read,
-// ReadWait, Follow, Wait and Cancel answer ErrNotFound for the ID of
-// another session's job, exactly as for an ID that names no job, so one
-// client of a multi-client host can neither reach nor learn of another's
-// jobs; its List, Completions and NextCompletion are the session's.
+// ReadWait, Follow, Wait, Cancel, Watch and WaitFor answer ErrNotFound
+// for the ID of another session's job, exactly as for an ID that names
+// no job, so one client of a multi-client host can neither reach nor
+// learn of another's jobs; its List, Completions, NextCompletion and
+// Matches are the session's.
 //
 // Get one with [Registry.Session]. A Session holds nothing but the
 // registry and the name: it is cheap to make per request, and as safe
@@ -116,3 +118,14 @@ func (s *Session) Completions() []Completion { return s.r.Completions(s.name) }
 func (s *Session) NextCompletion(ctx context.Context) (Completion, error) {
 	return s.r.NextCompletion(ctx, s.name)
 }
+
+// Watch is [Registry.Watch] of a job of the session.
+func (s *Session) Watch(id ID, w Watch) error { return s.r.watch(s.scope(), id, w) }
+
+// WaitFor is [Registry.WaitFor] of a job of the session.
+func (s *Session) WaitFor(ctx context.Context, id ID, re *regexp.Regexp, from int64) (Match, error) {
+	return s.r.waitFor(ctx, s.scope(), id, re, from)
+}
+
+// Matches is [Registry.Matches] of the session.
+func (s *Session) Matches() []Match { return s.r.Matches(s.name) }

@@ -124,6 +124,7 @@ func (s *supervisor) runHere() {
 // begin starts to stop the job: SIGTERM now, SIGKILL after the grace.
 func (s *supervisor) begin(o outcome, now time.Time) {
 	s.stopping, s.cause, s.killAt = true, o, now.Add(s.grace)
+	s.j.stopping.Store(true)
 	s.signal(false)
 }
 
@@ -238,8 +239,10 @@ func (s *supervisor) watch(until time.Time, quit <-chan struct{}) bool {
 		}
 		n, err := rd.Read(s.buf)
 		if n > 0 {
-			s.lastOut = s.r.now()
 			j.emit(s.buf[:n])
+			// After emit, which may have waited for matches to be
+			// delivered: the job was not idle meanwhile.
+			s.lastOut = s.r.now()
 			if n == len(s.buf) && len(s.buf) < maxReadBuf {
 				s.buf = make([]byte, 2*len(s.buf))
 			}
