@@ -109,12 +109,12 @@ type record struct {
 	// output file from there on, and its holes never reach past it.
 	// Matches are the matches queued and not yet delivered, with their
 	// admitted lines; MatchSeq numbers the job's last match.
-	Watches    []recWatch `json:"watches,omitempty"`
+	Watches     []recWatch `json:"watches,omitempty"`
 	Scanned     int64      `json:"scanned,omitempty"`
 	ScannedCut  bool       `json:"scanned_cut,omitempty"`
 	ScannedSkip bool       `json:"scanned_skip,omitempty"` // Scanned is inside a line: skip to its end
-	Matches    []recMatch `json:"matches,omitempty"`
-	MatchSeq   uint64     `json:"match_seq,omitempty"`
+	Matches     []recMatch `json:"matches,omitempty"`
+	MatchSeq    uint64     `json:"match_seq,omitempty"`
 }
 
 // recWatch is a watch in a record. Last is the offset of its last match
