@@ -562,18 +562,16 @@ func (r *Registry) searchHeld(j *job, w *watch, to int64) (m Match, raw, ok bool
 	}
 	j.mu.Unlock()
 
+	// The search has a watch of its own: the live one is the
+	// supervisor's.
 	var first *Match
-	mt := matcher{prog: compile([]*watch{w})}
+	sw := &watch{re: w.re, from: w.from, last: -1, lits: w.lits}
+	mt := matcher{prog: compile([]*watch{sw})}
 	mt.hit = func(_ *watch, off int64, text []byte) {
 		if first == nil {
 			first = &Match{ID: j.id, Session: j.spec.Session, Offset: off, Line: string(text), At: r.now()}
 		}
 	}
-	// A search with its own copy of the watch, so that the live one is
-	// left as it is.
-	sw := *w
-	sw.wait = nil
-	mt.prog = compile([]*watch{&sw})
 	if f != nil {
 		searchFinal(&mt, f)
 		if first != nil {

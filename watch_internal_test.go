@@ -155,7 +155,7 @@ func randomStream(rng *rand.Rand, n int) []byte {
 
 func TestMatcherAgainstReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	for round := range 200 {
+	for round := range 80 {
 		var res []*regexp.Regexp
 		var every []bool
 		for range 1 + rng.IntN(5) {
