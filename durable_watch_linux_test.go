@@ -283,3 +283,80 @@ func TestDurableWatchCrash(t *testing.T) {
 		t.Errorf("after a second restart: %v; want none", q)
 	}
 }
+
+// The output file's holes never reach what a later host must match: with
+// watches, the disk stays bounded while a host reads, and the next host
+// matches from where the last one stopped, never the holes (which read as
+// NUL bytes: a watch for NUL would see them).
+func TestDurableWatchHoles(t *testing.T) {
+	cfg := durable(t)
+	cfg.HeadBytes, cfg.TailBytes = 4096, 4096
+	cfg.MaxOutputBytes = 1<<20 + 8192
+	dir := t.TempDir()
+	f := filepath.Join(dir, "f")
+	log1 := newMatchLog()
+	cfg.OnMatch = log1.on
+	r1, err := bgjob.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 8 << 20
+	// After MARK one, a long line the first host matches in pieces
+	// without a match, so that how far it got is recorded now and then
+	// only: the holes must not pass that.
+	cmd := fmt.Sprintf("%s; echo; echo 'MARK one'; %s; while [ ! -e %s ]; do sleep 0.01; done; echo; echo 'MARK two'; sleep 60",
+		helperCmd("pattern", strconv.Itoa(n)), helperCmd("pattern", strconv.Itoa(n)), f)
+	s, err := r1.Start(ctxT(t), bgjob.Spec{Command: cmd, Env: helperEnv,
+		Watches: []bgjob.Watch{{Name: "mark", Pattern: rx(`^MARK`), Every: true}, {Name: "nul", Pattern: rx(`\x00`), Every: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms := log1.await(t, 1); len(ms) != 1 || ms[0].Line != "MARK one" || ms[0].Offset != n+1 {
+		t.Fatalf("before the restart: %v", ms)
+	}
+	for {
+		if st, err := r1.Status(s.ID); err != nil || st.Output.Total == 2*n+10 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond) // polling the output's total, with the test's deadline
+	}
+	out := ""
+	for _, run := range runFolders(t, cfg.StateDir) {
+		out = filepath.Join(run, "output")
+	}
+	used := func() int64 {
+		var st syscall.Stat_t
+		if err := syscall.Stat(out, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Blocks * 512
+	}
+	if u := used(); u > 4<<20 {
+		t.Errorf("output file uses %d bytes while the host reads; want it bounded near %d", u, cfg.MaxOutputBytes)
+	}
+	if err := r1.Detach(); err != nil {
+		t.Fatal(err)
+	}
+	touch(t, f)
+	awaitFile(t, cfg.StateDir, s.ID, "MARK two")
+
+	log2 := newMatchLog()
+	cfg.OnMatch = log2.on
+	r2 := newRegistry(t, cfg)
+	ms := log2.await(t, 1)
+	if len(ms) != 1 || ms[0].Line != "MARK two" || ms[0].Offset != 2*n+11 {
+		t.Errorf("after the restart: %v; want MARK two at %d, once", ms[:min(len(ms), 5)], 2*n+11)
+	}
+	if u := used(); u > 4<<20 {
+		t.Errorf("output file uses %d bytes once the next host read it; want it bounded near %d", u, cfg.MaxOutputBytes)
+	}
+	if _, err := r2.Cancel(s.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range append(log1.all(), log2.all()...) {
+		if m.Watch == "nul" {
+			t.Errorf("a NUL matched at %d: a hole was read as output", m.Offset)
+		}
+	}
+	r1.Close(ctxT(t))
+}
