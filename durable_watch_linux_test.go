@@ -20,7 +20,9 @@ import (
 )
 
 // matchKey names a match for the durable tests' counts.
-func matchKey(m bgjob.Match) string { return fmt.Sprintf("%s %s %d %s", m.ID, m.Watch, m.Offset, m.Line) }
+func matchKey(m bgjob.Match) string {
+	return fmt.Sprintf("%s %s %d %s", m.ID, m.Watch, m.Offset, m.Line)
+}
 
 // awaitFile waits until the job's output file holds sub.
 func awaitFile(t *testing.T, dir string, id bgjob.ID, sub string) {
