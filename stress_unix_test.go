@@ -32,11 +32,13 @@ import (
 // megabytes, leave grandchildren (some ignoring SIGTERM) or ignore SIGTERM
 // themselves; the calls of issue #20 are mixed in too (ReadWait, Follow,
 // NextCompletion, launches and lookups through Session views, which must
-// never reach another session's job; stress_views_unix_test.go). Then it
+// never reach another session's job; stress_views_unix_test.go), and
+// watches, WaitFor and Matches (stress_watch_unix_test.go). Then it
 // closes both registries while the goroutines still
 // run and checks, over every execution: the state, exit code and byte
 // count its Telemetry event reports; one Completion per pollable run,
-// delivered exactly once by Completions and once to OnComplete; and no
+// delivered exactly once by Completions and once to OnComplete; every
+// match a run's bytes make, exactly once to OnMatch; and no
 // leak of goroutines, file descriptors, live processes or zombies.
 //
 //	BGJOB_STRESS_DURATION=11m nice -n 10 go test -race -run '^TestStress$' -timeout 30m .
@@ -125,6 +127,7 @@ type stress struct {
 	}
 	tokens atomic.Int64 // the last escape token handed out
 	fh     firstHourCounts
+	wl     stressWatchLog // watches (stress_watch_unix_test.go)
 }
 
 func newStress(t *testing.T, seed uint64) *stress {
@@ -135,6 +138,8 @@ func newStress(t *testing.T, seed uint64) *stress {
 		listed: map[bgjob.ID]bool{},
 	}
 	st.mark = fmt.Sprintf("BGJOB_STRESS_MARK=%d-%d", os.Getpid(), seed)
+	st.wl.init()
+	stressWatches(st.pool)
 	st.main = &stressReg{name: "main", rec: newStressRec()}
 	st.bad = &stressReg{name: "bad-shell", rec: newStressRec()}
 	var err error
@@ -153,6 +158,7 @@ func newStress(t *testing.T, seed uint64) *stress {
 			st.main.rec.onComplete(c)
 			st.checkEscapers(c.Command)
 		},
+		OnMatch: st.onMatch,
 		// An Admitter that keeps the text as it is, so the bytes stay
 		// checkable while every path passes through admission.
 		Admitter: bgjob.AdmitterFunc(func(_ context.Context, req bgjob.AdmitRequest) (bgjob.Admitted, error) {
@@ -241,7 +247,7 @@ func (st *stress) record(reg *stressReg, ss *stressSpec, s bgjob.Snapshot) {
 // they went, and no other run's.
 func (st *stress) launchSpec(ss *stressSpec, rng *rand.Rand) bgjob.Spec {
 	spec := ss.spec
-	spec.Unique = rng.IntN(5) == 0
+	spec.Unique = rng.IntN(5) == 0 || len(spec.Watches) > 0 // an ID with watches names one run
 	if ss.kind == kindEscape {
 		spec.Unique = true
 		spec.Command = strings.ReplaceAll(spec.Command, escapeToken, fmt.Sprintf("esc-%d-%d", st.seed, st.tokens.Add(1)))
@@ -379,7 +385,9 @@ func (st *stress) walk(reg *stressReg, ss *stressSpec, id bgjob.ID) {
 func (st *stress) worker(rng *rand.Rand, stop *atomic.Bool) {
 	ctx := context.Background()
 	for !stop.Load() {
-		switch p := rng.IntN(112); {
+		switch p := rng.IntN(118); {
+		case p >= 112: // WaitFor, Watch, Matches
+			st.watchOp(rng, p-112)
 		case p >= 100: // ReadWait, Follow, NextCompletion, Session views
 			st.firstHour(rng, p-100)
 		case p < 22: // Start, sometimes waiting for the end
@@ -755,6 +763,7 @@ func (st *stress) verify() {
 	t.Logf("first hour: %d ReadWait (%d timed out), %d Follow (%d to EOF, %d timed out, %d bytes checked), %d NextCompletion (%d timed out), %d view lookups (%d of another session, all not found), %d view launches",
 		st.fh.readWaits.Load(), st.fh.readWaitOut.Load(), st.fh.follows.Load(), st.fh.followEOF.Load(), st.fh.followOut.Load(), st.fh.followBytes.Load(),
 		st.fh.nexts.Load(), st.fh.nextOut.Load(), st.fh.views.Load(), st.fh.viewMisses.Load(), st.fh.viewLaunches.Load())
+	st.verifyWatches()
 	if st.failures.Load() > 30 {
 		t.Errorf("%d failures in all (the first 30 shown)", st.failures.Load())
 	}

@@ -253,3 +253,24 @@ func TestLiterals(t *testing.T) {
 		}
 	}
 }
+
+// The capture bench's four watches over its 64-byte lines, in the
+// supervisor's 256 KiB chunks: the cost of matching per byte.
+func BenchmarkMatcherCapture(b *testing.B) {
+	var ws []*watch
+	for _, p := range []string{`(?i)error|listening on|ready in`, `(?i)\bwarn(ing)?\b`,
+		`panic:|FAIL|Traceback \(most recent call last\)`, `(?i)compiled successfully|webpack \d+\.\d+\.\d+`} {
+		re := regexp.MustCompile(p)
+		ws = append(ws, &watch{re: re, every: true, last: -1, lits: literals(re)})
+	}
+	m := matcher{prog: compile(ws), hit: func(*watch, int64, []byte) { b.Fatal("match") }}
+	b.Logf("%d anchors", len(m.prog.anchors))
+	chunk := bytes.Repeat([]byte("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde\n"), 4096)
+	chunk = append(chunk, "0123456789"...) // chunks do not end at a line's end
+	b.SetBytes(int64(len(chunk)))
+	var off int64
+	for range b.N {
+		m.feed(chunk, off, maxBacklog)
+		off += int64(len(chunk))
+	}
+}
