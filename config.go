@@ -125,6 +125,13 @@ type Config struct {
 	// restarts. While the host reads a job's output, the file is kept
 	// within MaxOutputBytes on disk.
 	//
+	// The record also holds the job's watches, how far its output was
+	// matched, and its matches queued and not yet delivered, with
+	// their lines as the Admitter admitted them (admitted again when a
+	// later Registry queues them). While watches still need what the
+	// output file holds, holes are not punched there: with watches, the
+	// file may exceed MaxOutputBytes by up to a quarter of it.
+	//
 	// New on a StateDir that holds records replays them. A finished job
 	// comes back with its state, exit code and text (rebuilt from its
 	// output file through HeadBytes/TailBytes and the Admitter), and its
@@ -141,8 +148,12 @@ type Config struct {
 	// with Reason "spawn aborted". A record that cannot be read is moved
 	// to StateDir/quarantine/ and logged to Logger; it never makes New
 	// fail. Finished jobs are kept within Retention as in memory mode; a
-	// job's folder is removed when it is evicted and its completion was
-	// delivered.
+	// job's folder is removed when it is evicted and its completion and
+	// matches were delivered. A job with watches that ended while no
+	// host ran has its output matched by New, from where the last host
+	// stopped; its matches are queued for Matches (OnMatch is not called
+	// for them, as OnComplete is not for replayed completions). An
+	// adopted job's output is matched from there on as it is read.
 	StateDir string
 
 	// MaxOutputBytes bounds the disk space of a running job's output

@@ -28,8 +28,8 @@
 // bgjob does not give a job a terminal (PTY) or take input after the
 // start, and it runs jobs on this machine only.
 //
-// Hooks ([Admitter], [Telemetry], [Config.OnComplete], [Config.Guard]) may
-// call back into the registry, on any job, their own included, without a
+// Hooks ([Admitter], [Telemetry], [Config.OnComplete], [Config.OnMatch],
+// [Config.Guard]) may call back into the registry, on any job, their own included, without a
 // deadlock: a wait from a hook waits for the job to finish, not for its
 // hooks, and a JobStarted hook that waits for its own job supervises it
 // to its end right there.
@@ -66,6 +66,26 @@
 // memory. The job's shell runs under a wrapper /bin/sh, so its PID is
 // the wrapper's; the environment and stdin are never written to disk.
 //
+// # Watches
+//
+// A host that waits for a job to print something ("listening on",
+// "ready in", "error") need not poll. A [Watch] on a job
+// ([Spec.Watches], or [Registry.Watch] on a running one) matches a
+// regexp against each line of its raw output, every byte of it (the
+// bytes the head/tail buffer drops too, lines that come in many small
+// writes), and makes a [Match] of each matching line, once or on every
+// match: queued for the job's session ([Registry.Matches]) and passed to
+// [Config.OnMatch], its line admitted by the Admitter first.
+// [Registry.WaitFor] blocks until a line at or after an offset matches a
+// pattern, the lines printed before the call included (those still
+// held), or the job ends (an [*EndedError], wrapping [ErrJobEnded], with
+// the final snapshot). Patterns with a literal that every match must
+// hold cost little: lines are searched for the literals first (with
+// four watches the 1 GiB capture runs at 0.97× its speed without them).
+// In durable mode watches and undelivered matches survive a restart, and
+// what a job printed while no host ran is matched by the next host, each
+// match delivered once.
+//
 // # Jobs and IDs
 //
 // A job runs [Spec.Command] through the shell, or [Spec.Args], an
@@ -101,8 +121,10 @@
 // supervisor itself until the job ends, detaches or its first progress
 // report is due, so a short foreground job starts no goroutine at all
 // (OnProgress is never called while it does; the hooks of the job's end
-// are, as they would be in the job's own goroutine). The registry starts
-// no other goroutine (Close starts one while it waits).
+// are, as they would be in the job's own goroutine). Matches of watches
+// are delivered by one goroutine of the registry, which runs while some
+// wait for delivery and ends when none do. The registry starts no other
+// goroutine (Close starts one while it waits).
 // Hooks (Admitter, Telemetry, OnComplete, Guard) are never called under
 // the registry's lock; they may run concurrently with each other.
 //
@@ -151,7 +173,8 @@
 //
 // Text leaves the registry only through the [Admitter]: a running job's
 // text on every Status, Read and List, a finished job's text once, when it
-// ends, before it is kept. An Admitter error withholds the text.
+// ends, before it is kept, and a matched line once, before its Match is
+// queued. An Admitter error withholds the text.
 //
 // # Retention
 //

@@ -29,6 +29,11 @@ import (
 //     hook's goroutine itself ends after Close returns, once the hook
 //     does: it is the caller.
 //
+// The Admitter and OnMatch of a match run in the delivery goroutine
+// (deliver.go), with no job of their own: a wait from them waits for the
+// job's end (not its hooks), and a Close or Detach from them lets go of
+// the delivery goroutine's count first.
+//
 // A wait for a job's end from that job's final Admitter (the one call
 // that runs while the job ends, before it is finished) cannot be served:
 // Wait returns at once with an error, Cancel at once with the current

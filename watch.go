@@ -494,7 +494,8 @@ func (r *Registry) waitFor(ctx context.Context, sc scope, id ID, re *regexp.Rege
 		wt.mu.Unlock()
 		defer func() {
 			wt.mu.Lock()
-			w.fired, wt.dirty = true, true // done: it leaves at the next compile
+			w.fired, wt.dirty = true, true // done: it leaves now
+			wt.compileLocked()
 			wt.mu.Unlock()
 		}()
 	}
