@@ -3,7 +3,6 @@ package bgjob
 import (
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // Delivery of watches' matches. A job's supervisor finds them (watch.go)
@@ -13,8 +12,10 @@ import (
 // the order they were found. The goroutine runs while there is work and
 // ends when there is none; at most one runs per registry, counted in
 // Registry.wg like a job's. It is the one place matches wait in memory
-// before they are queued, so it is bounded per job (maxBacklog): a job
-// with that many waiting reads no more output until they are delivered.
+// before they are queued, so it is bounded per job (maxBacklog): a job's
+// matcher stops at a line's end once its job has that many waiting,
+// keeps the rest of the chunk (its lag), and its supervisor reads no
+// more output until there is room (supervise.go, matchRoom).
 
 // maxBacklog bounds the matches of one job that wait for the delivery
 // goroutine.
@@ -88,63 +89,20 @@ func (r *Registry) deliver(j *job, fs []found, mark scanMark) {
 // output file's bound on disk, which it holds back (watchState.hold).
 func (r *Registry) markStep() int64 { return r.cfg.MaxOutputBytes / 4 }
 
-// awaitRoom blocks while j has maxBacklog matches waiting for delivery
-// and returns how many more may come (about: the matcher stops at a
-// line's end once it has made that many). It does not wait, and returns
-// 0 (no bound), once the job is being stopped, has timed out, or its
-// shell has exited: the job's end must not wait for OnMatch, and its
-// output is then bounded by the stop.
-func (r *Registry) awaitRoom(j *job) int {
+// room returns how many more matches j may hand to the delivery
+// goroutine now, and when it may hand none, a channel that is closed
+// once it may.
+func (r *Registry) room(j *job) (int, <-chan struct{}) {
 	f := &r.feed
-	var t *time.Timer
-	defer func() {
-		if t != nil {
-			t.Stop()
-		}
-	}()
-	drained := false
-	for {
-		f.mu.Lock()
-		if n := maxBacklog - j.ws.backlog; n > 0 {
-			f.mu.Unlock()
-			if drained {
-				j.poke() // the poke taken below may have been the supervisor's
-			}
-			return n
-		}
-		room := j.ws.room
-		if room == nil {
-			room = make(chan struct{})
-			j.ws.room = room
-		}
-		f.mu.Unlock()
-		if !drained {
-			// A poke left over from before must not end the wait: the
-			// flags below say what it was about.
-			select {
-			case <-j.wake:
-			default:
-			}
-			drained = true
-		}
-		wall := j.started.Add(min(j.timeout, maxTimeout))
-		now := r.now()
-		if j.stopReq.Load() != stopNone || j.force.Load() || j.exited.Load() || j.stopping.Load() || !now.Before(wall) {
-			j.poke()
-			return 0
-		}
-		d := wall.Sub(now)
-		if t == nil {
-			t = time.NewTimer(d)
-		} else {
-			t.Reset(d)
-		}
-		select {
-		case <-room:
-		case <-j.wake: // a request, the shell's exit, a moved clock
-		case <-t.C:
-		}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n := maxBacklog - j.ws.backlog; n > 0 {
+		return n, nil
 	}
+	if j.ws.room == nil {
+		j.ws.room = make(chan struct{})
+	}
+	return 0, j.ws.room
 }
 
 // deliverAll is the delivery goroutine: it delivers what the feed holds

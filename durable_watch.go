@@ -165,7 +165,7 @@ func (st *store) restoreWatches(r *Registry, j *job, rr *runRec, ended bool) {
 		for {
 			n, err := f.ReadAt(buf, off)
 			if n > 0 {
-				wt.m.feed(buf[:n], off, 0)
+				wt.m.feed(buf[:n], off, -1)
 				off += int64(n)
 				wt.pos = off
 			}

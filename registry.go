@@ -42,6 +42,7 @@ type Registry struct {
 	// Test hooks, nil unless a test sets them before the first launch.
 	hookSpawn   func(ID) // called just before a process is spawned
 	hookCollect func(ID) // called just before a foreground caller takes its result
+	hookHeld    func(ID) // called when a supervisor waits for its job's matches to be delivered
 
 	// wg counts what Close and Detach wait for: each launch from its
 	// admission until its supervisor has ended (whoever runs the
@@ -111,9 +112,6 @@ type job struct {
 	// its ctx ends; both are followed by a poke.
 	stopReq atomic.Int32 // stopNone, stopCancel, stopClose or stopRelease
 	force   atomic.Bool  // Close ran out of time: SIGKILL now
-	// stopping reports that the supervisor began to stop the job (a
-	// request or a timeout): set once, by the supervisor.
-	stopping atomic.Bool
 	// exited reports that the shell has exited: set by the waiter
 	// goroutine or by the supervisor when its reader reports it.
 	exited atomic.Bool

@@ -124,7 +124,6 @@ func (s *supervisor) runHere() {
 // begin starts to stop the job: SIGTERM now, SIGKILL after the grace.
 func (s *supervisor) begin(o outcome, now time.Time) {
 	s.stopping, s.cause, s.killAt = true, o, now.Add(s.grace)
-	s.j.stopping.Store(true)
 	s.signal(false)
 }
 
@@ -225,6 +224,27 @@ func (s *supervisor) watch(until time.Time, quit <-chan struct{}) bool {
 			s.timer = waitPoke(j.wake, s.timer, deadline)
 			continue
 		}
+		if !s.stopping && s.exitAt.IsZero() {
+			if room := j.matchRoom(); room != nil {
+				// The job's watches have as many matches waiting
+				// for delivery as they may (a slow OnMatch): read
+				// no more until there is room, so that the job's
+				// writes block, but act on everything else. The
+				// job is not idle meanwhile: its writes wait for
+				// us.
+				s.lastOut = now
+				if s.r.hookHeld != nil {
+					s.r.hookHeld(j.id)
+				}
+				s.timer = waitRoom(j.wake, room, quit, s.timer, deadline)
+				continue
+			}
+		} else {
+			// A stop has begun, or the shell has exited: the job's
+			// end must not wait for OnMatch, so its output is read
+			// whatever waits for delivery.
+			j.unbound()
+		}
 		if !s.haveSet || !next.Equal(s.nextSet) || !realNext.Equal(s.realNextSet) {
 			rd.SetReadDeadline(deadline)
 			s.nextSet, s.realNextSet, s.haveSet = next, realNext, true
@@ -239,10 +259,8 @@ func (s *supervisor) watch(until time.Time, quit <-chan struct{}) bool {
 		}
 		n, err := rd.Read(s.buf)
 		if n > 0 {
-			j.emit(s.buf[:n])
-			// After emit, which may have waited for matches to be
-			// delivered: the job was not idle meanwhile.
 			s.lastOut = s.r.now()
+			j.emit(s.buf[:n])
 			if n == len(s.buf) && len(s.buf) < maxReadBuf {
 				s.buf = make([]byte, 2*len(s.buf))
 			}
@@ -281,6 +299,9 @@ func (s *supervisor) end() {
 		p.close()
 		return
 	}
+
+	// The rest of the output is read whatever waits for OnMatch.
+	j.unbound()
 
 	// Leftovers: processes of the group still alive after the shell,
 	// looked for before it is reaped: until then its PID, the ID of its
@@ -391,6 +412,31 @@ func waitPoke(wake <-chan struct{}, t *time.Timer, next time.Time) *time.Timer {
 	case <-wake:
 		t.Stop()
 	case <-t.C:
+	}
+	return t
+}
+
+// waitRoom is waitPoke that also ends when room or quit is closed.
+func waitRoom(wake, room, quit <-chan struct{}, t *time.Timer, next time.Time) *time.Timer {
+	var fire <-chan time.Time
+	if !next.IsZero() {
+		d := time.Until(next)
+		if t == nil {
+			t = time.NewTimer(d)
+		} else {
+			t.Reset(d)
+		}
+		fire = t.C
+	}
+	select {
+	case <-wake:
+	case <-room:
+	case <-quit:
+	case <-fire:
+		return t
+	}
+	if t != nil {
+		t.Stop()
 	}
 	return t
 }

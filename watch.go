@@ -113,6 +113,9 @@ type watchState struct {
 	// never punched past it (see holes.punch). MaxInt64 while the job
 	// has no watch.
 	hold atomic.Int64
+	// free reports that the job's matches are no longer bounded (see
+	// job.unbound): set once, by the supervisor.
+	free atomic.Bool
 
 	// Guarded by Registry.feed.mu (deliver.go): the job's matches that
 	// wait for delivery, the channel that wakes its supervisor when
@@ -136,7 +139,11 @@ type scanMark struct {
 // markLocked returns the watcher's mark; wt.mu must be held.
 func (wt *watcher) markLocked() scanMark {
 	if wt.m.skip {
-		return scanMark{at: wt.pos, skip: true}
+		at := wt.pos
+		if len(wt.lag) > 0 {
+			at = wt.lagAt
+		}
+		return scanMark{at: at, skip: true}
 	}
 	return scanMark{at: wt.m.carryAt, cut: wt.m.cut}
 }
@@ -157,9 +164,12 @@ type watcher struct {
 	names   map[string]bool // the names of the job's watches, done ones too
 	dirty   bool            // watches changed since m.prog was compiled
 	m       matcher
-	// pos is the offset of the next byte the matcher takes; bytes before
-	// it were seen (or skipped) already.
+	// pos is the offset of the next byte of the stream to come; bytes
+	// before it were seen (or skipped) already, and those from lagAt on
+	// wait in lag for room to match them (see take).
 	pos   int64
+	lag   []byte
+	lagAt int64
 	ended bool   // the stream ended (flush): nothing more is matched
 	seq   uint64 // the last sequence number of a delivered match
 	// found collects the watches' matches of the chunk being matched,
@@ -234,47 +244,134 @@ func (wt *watcher) hit(w *watch, off int64, text []byte) {
 	wt.found = append(wt.found, found{j: j, m: m, seq: wt.seq})
 }
 
-// emitWatched is the watch stage of the output chain: it matches the
-// chunk p, which starts at offset base, and hands its matches on. While
-// the job has too many matches waiting for delivery, it waits for room
-// first (see awaitRoom), so a slow OnMatch holds the job's output back
-// instead of piling matches up.
+// take is the watch stage of the output chain: it matches the chunk p,
+// which starts at offset base, and hands its matches on. It never
+// waits. While the job's matches are bounded (see watchState.free), once
+// the job has as many matches waiting for delivery as it may
+// (maxBacklog), the matcher stops at a line's end and the rest of the
+// chunk waits in wt.lag, which the supervisor matches (catchUp) before
+// it reads more output: it reads nothing while there is a lag, so the
+// lag holds at most the rest of one read.
 func (wt *watcher) take(p []byte, base int64) {
 	r, j := wt.r, wt.j
-	for len(p) > 0 {
-		room := r.awaitRoom(j)
-		wt.mu.Lock()
-		if skip := wt.pos - base; skip > 0 {
-			// Seen when the watcher was made, or matched before a
-			// restart.
-			if skip >= int64(len(p)) {
-				wt.mu.Unlock()
-				return
-			}
-			p, base = p[skip:], base+skip
-		}
-		if wt.ended {
+	free := j.ws.free.Load()
+	room := -1
+	if !free {
+		room, _ = r.room(j)
+	}
+	wt.mu.Lock()
+	if skip := wt.pos - base; skip > 0 {
+		// Seen when the watcher was made, or matched before a
+		// restart.
+		if skip >= int64(len(p)) {
 			wt.mu.Unlock()
 			return
 		}
-		wt.compileLocked()
-		n := wt.m.feed(p, base, room)
-		wt.pos = base + int64(n)
-		fs := wt.found
-		wt.found = nil
-		mark := wt.markLocked()
-		if len(wt.names) == 0 {
-			mark.at = -1 // only WaitFor callers: nothing to record
+		p, base = p[skip:], base+skip
+	}
+	if wt.ended {
+		wt.mu.Unlock()
+		return
+	}
+	wt.pos = base + int64(len(p))
+	wt.compileLocked()
+	if len(wt.lag) > 0 && free {
+		// The bound was lifted after this lag was left (see unbound).
+		wt.m.feed(wt.lag, wt.lagAt, -1)
+		wt.lag = nil
+	}
+	if len(wt.lag) > 0 || room == 0 {
+		if len(wt.lag) == 0 {
+			wt.lagAt = base
 		}
+		wt.lag = append(wt.lag, p...)
+	} else if n := wt.m.feed(p, base, room); n < len(p) {
+		wt.lag, wt.lagAt = append(wt.lag[:0], p[n:]...), base+int64(n)
+	}
+	fs, mark := wt.takeFoundLocked()
+	wt.mu.Unlock()
+	r.deliver(j, fs, mark)
+}
+
+// takeFoundLocked returns the matches found and not yet handed on, and
+// the mark that covers them; wt.mu must be held.
+func (wt *watcher) takeFoundLocked() ([]found, scanMark) {
+	fs := wt.found
+	wt.found = nil
+	mark := wt.markLocked()
+	if len(wt.names) == 0 {
+		mark.at = -1 // only WaitFor callers: nothing to record
+	}
+	return fs, mark
+}
+
+// catchUp matches the watcher's lag as far as the job's room for
+// matches allows, and returns nil when the lag is gone and there is room
+// for more, else a channel that is closed when there is room.
+func (wt *watcher) catchUp() <-chan struct{} {
+	r, j := wt.r, wt.j
+	for {
+		room, wait := r.room(j)
+		wt.mu.Lock()
+		if len(wt.lag) == 0 || room == 0 || wt.ended {
+			wt.mu.Unlock()
+			return wait
+		}
+		wt.compileLocked()
+		n := wt.m.feed(wt.lag, wt.lagAt, room)
+		wt.lag, wt.lagAt = wt.lag[n:], wt.lagAt+int64(n)
+		if len(wt.lag) == 0 {
+			wt.lag = nil
+		}
+		fs, mark := wt.takeFoundLocked()
 		wt.mu.Unlock()
 		r.deliver(j, fs, mark)
-		p, base = p[n:], base+int64(n)
 	}
 }
 
-// end matches the stream's last line, which had no '\n', once the job
-// has ended, and hands its matches on. The supervisor calls it (through
-// finish) after the last chunk.
+// matchRoom is what the supervisor asks before it reads more output
+// while the job's matches are bounded: it returns nil if it may read,
+// else a channel that is closed when it may try again, once some of the
+// job's matches were delivered (see take).
+func (j *job) matchRoom() <-chan struct{} {
+	if wt := j.ws.wt.Load(); wt != nil && !j.ws.free.Load() {
+		return wt.catchUp()
+	}
+	return nil
+}
+
+// unbound lifts the bound on j's matches for good: the supervisor calls
+// it once it must read whatever the job prints, whatever OnMatch does (a
+// stop has begun, the shell has exited). The lag is matched now, and
+// every later chunk at once: the matches waiting for delivery may then
+// exceed maxBacklog by what the job prints until its end, which the
+// stop (KillGrace, then SIGKILL) and the drain (drainGrace) bound in
+// time.
+func (j *job) unbound() {
+	if j.ws.free.Load() || j.ws.free.Swap(true) {
+		return
+	}
+	wt := j.ws.wt.Load()
+	if wt == nil {
+		return
+	}
+	wt.mu.Lock()
+	if len(wt.lag) == 0 || wt.ended {
+		wt.mu.Unlock()
+		return
+	}
+	wt.compileLocked()
+	wt.m.feed(wt.lag, wt.lagAt, -1)
+	wt.lag = nil
+	fs, mark := wt.takeFoundLocked()
+	wt.mu.Unlock()
+	wt.r.deliver(j, fs, mark)
+}
+
+// end matches what is left of the stream once the job has ended: the
+// lag, if any, at once (the job's end never waits for OnMatch), then the
+// stream's last line, which had no '\n'. finish calls it first, after
+// the last chunk.
 func (wt *watcher) end() {
 	wt.mu.Lock()
 	if wt.ended {
@@ -282,10 +379,13 @@ func (wt *watcher) end() {
 		return
 	}
 	wt.compileLocked()
+	if len(wt.lag) > 0 {
+		wt.m.feed(wt.lag, wt.lagAt, -1)
+		wt.lag = nil
+	}
 	wt.m.flush()
 	wt.ended = true
-	fs := wt.found
-	wt.found = nil
+	fs, _ := wt.takeFoundLocked()
 	mark := scanMark{at: wt.pos}
 	if len(wt.names) == 0 {
 		mark.at = -1
@@ -581,7 +681,7 @@ func (r *Registry) searchHeld(j *job, w *watch, to int64) (m Match, raw, ok bool
 		return Match{}, false, false
 	}
 	held := func(p []byte, base int64) {
-		mt.feed(p, base, 0)
+		mt.feed(p, base, -1)
 		if len(mt.carry) == maxLine && !mt.skip {
 			// to is the start of a piece that the live matcher has
 			// (see liveLocked): the one before it is complete.
@@ -613,7 +713,7 @@ func searchFinal(mt *matcher, f *final) {
 		mt.skip = k > 0 && !f.tailLine
 		switch {
 		case int64(len(text)) == s.end-s.start && s.rawLines == nil:
-			mt.feed([]byte(text), s.start, 0)
+			mt.feed([]byte(text), s.start, -1)
 			if last {
 				mt.flush()
 			}

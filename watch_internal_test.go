@@ -87,7 +87,7 @@ func runMatcher(stream []byte, res []*regexp.Regexp, every []bool, rng *rand.Ran
 		if rng.IntN(4) == 0 {
 			n = min(len(stream)-off, 1+rng.IntN(8))
 		}
-		room := 0
+		room := -1
 		if rng.IntN(3) == 0 {
 			room = 1 + rng.IntN(3)
 		}

@@ -379,7 +379,7 @@ type matcher struct {
 // feed passes the stream's bytes p, which start at offset base, through
 // the matcher. It stops early, at a line's start, once it has made
 // about room matches or more, and returns how many bytes of p it took:
-// feed the rest later. A room of 0 or less means no bound.
+// feed the rest later. A room below 0 means no bound; room must not be 0.
 func (m *matcher) feed(p []byte, base int64, room int) int {
 	m.hits = 0
 	i := 0
@@ -470,7 +470,7 @@ func (m *matcher) lines(p []byte, i, b int, base int64, room int) int {
 			e := i + bytes.IndexByte(p[i:b], '\n')
 			m.pieces(p[i:e], base+int64(i))
 			i = e + 1
-			if room > 0 && m.hits >= room {
+			if room >= 0 && m.hits >= room {
 				return i
 			}
 		}
@@ -529,7 +529,7 @@ func (m *matcher) lines(p []byte, i, b int, base int64, room int) int {
 			}
 			clear(marks)
 		}
-		if room > 0 && m.hits >= room {
+		if room >= 0 && m.hits >= room {
 			return le + 1
 		}
 	}

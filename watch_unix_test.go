@@ -447,51 +447,171 @@ func TestWatchesAreInTheID(t *testing.T) {
 	}
 }
 
-// A slow OnMatch holds a job's output back (no match is lost, none piles
-// up beyond the bound), and never holds up a Cancel.
-func TestWatchSlowOnMatch(t *testing.T) {
-	release, first := make(chan struct{}), make(chan struct{})
-	var calls atomic.Int64
-	r := newRegistry(t, bgjob.Config{TailBytes: 64 << 20, OnMatch: func(bgjob.Match) {
-		if calls.Add(1) == 1 {
-			close(first)
+// heldBack is a registry whose OnMatch blocks until release is closed,
+// and whose supervisors report when they stop reading a job's output
+// because its matches wait for delivery.
+type heldBack struct {
+	r       *bgjob.Registry
+	release chan struct{}
+	held    chan bgjob.ID
+	calls   atomic.Int64
+	offsets sync.Map // offset of each match passed to OnMatch -> count
+}
+
+func newHeldBack(t *testing.T, cfg bgjob.Config) *heldBack {
+	h := &heldBack{release: make(chan struct{}), held: make(chan bgjob.ID, 1)}
+	cfg.OnMatch = func(m bgjob.Match) {
+		h.calls.Add(1)
+		n, _ := h.offsets.LoadOrStore(m.Offset, new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+		<-h.release
+	}
+	h.r = newRegistry(t, cfg)
+	bgjob.SetHeldHook(h.r, func(id bgjob.ID) {
+		select {
+		case h.held <- id:
+		default:
 		}
-		<-release
-	}})
-	s, err := r.Start(ctxT(t), bgjob.Spec{Command: "seq 1 1000000", Watches: []bgjob.Watch{{Name: "all", Pattern: rx(`^\d`), Every: true}}})
+	})
+	return h
+}
+
+// awaitHeld waits until the supervisor of id stops reading its output.
+func (h *heldBack) awaitHeld(t *testing.T, id bgjob.ID) {
+	t.Helper()
+	timer := time.NewTimer(deadline)
+	defer timer.Stop()
+	for {
+		select {
+		case got := <-h.held:
+			if got == id {
+				return
+			}
+		case <-timer.C:
+			t.Fatalf("job %s's output was never held back", id)
+		}
+	}
+}
+
+// seqBytes is the length of the output of seq 1 n.
+func seqBytes(n int) int64 {
+	var total int64
+	for i := 1; i <= n; i++ {
+		total += int64(len(strconv.Itoa(i)) + 1)
+	}
+	return total
+}
+
+// heldBound is the most output a job whose OnMatch is stuck can have had
+// read: the lines of 1024 waiting matches and a few more (a line's
+// watches all fire), and the rest of the read that found no room (the
+// largest read buffer, 256 KiB).
+const heldBound = 1100*8 + 256<<10
+
+var everyLine = []bgjob.Watch{{Name: "all", Pattern: regexp.MustCompile(`^\d`), Every: true}}
+
+// A slow OnMatch holds a job's output back: the supervisor stops reading
+// once 1024 matches wait (the job's writes block, its output does not
+// pile up in memory), and once OnMatch goes on, the job runs to its end
+// and every line reaches OnMatch exactly once.
+func TestWatchSlowOnMatch(t *testing.T) {
+	const lines = 200000
+	h := newHeldBack(t, bgjob.Config{})
+	s, err := h.r.Start(ctxT(t), bgjob.Spec{Command: fmt.Sprintf("seq 1 %d", lines), Watches: everyLine})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The first call blocks; the job prints on until 1024 matches wait,
-	// then its output is no longer read.
-	select {
-	case <-first:
-	case <-time.After(deadline):
-		t.Fatal("no OnMatch call")
-	}
-	begin := time.Now()
-	c, err := r.Cancel(s.ID)
+	h.awaitHeld(t, s.ID)
+	st, err := h.r.Status(s.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(begin); took > 5*time.Second {
-		t.Errorf("Cancel took %v while OnMatch was blocked", took)
+	if st.State != bgjob.Running || st.Output.Total > heldBound {
+		t.Errorf("held back: %v, %d bytes read; want running, at most %d", st.State, st.Output.Total, heldBound)
 	}
-	if c.State != bgjob.Cancelled || c.Output.Total >= 6888896 {
-		t.Errorf("cancelled job: %v, %d bytes; want cancelled before its end", c.State, c.Output.Total)
-	}
-	close(release)
-	if err := r.Close(ctxT(t)); err != nil {
+	close(h.release)
+	end, err := h.r.Wait(ctxT(t), s.ID)
+	if err != nil {
 		t.Fatal(err)
 	}
-	// Exactly one match per complete line printed (the last, cut by the
-	// kill, is a line too).
-	lines := int64(strings.Count(c.Output.Text, "\n"))
-	if !strings.HasSuffix(c.Output.Text, "\n") {
-		lines++
+	if want := seqBytes(lines); end.State != bgjob.Exited || end.Output.Total != want {
+		t.Errorf("after OnMatch went on: %v, %d bytes; want exited, %d", end.State, end.Output.Total, want)
 	}
-	if c.Output.Omitted != 0 || calls.Load() != lines {
-		t.Errorf("%d OnMatch calls for %d lines", calls.Load(), lines)
+	if err := h.r.Close(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.calls.Load(); got != lines {
+		t.Errorf("%d OnMatch calls; want %d, one per line", got, lines)
+	}
+	h.offsets.Range(func(k, v any) bool {
+		if n := v.(*atomic.Int64).Load(); n != 1 {
+			t.Errorf("the line at %d passed to OnMatch %d times", k, n)
+		}
+		return true
+	})
+}
+
+// A job held back by a stuck OnMatch is stopped as any other: Cancel, the
+// wall timeout and RunForeground's soft cap are not held up, and the
+// matches of the lines the stop lets through still come, once each.
+func TestWatchHeldBackStops(t *testing.T) {
+	for _, tc := range []string{"cancel", "timeout", "soft-cap"} {
+		t.Run(tc, func(t *testing.T) {
+			h := newHeldBack(t, bgjob.Config{TailBytes: 64 << 20})
+			spec := bgjob.Spec{Command: "seq 1 1000000", Watches: everyLine, Unique: true}
+			if tc == "timeout" {
+				spec.Timeout = time.Second
+			}
+			var id bgjob.ID
+			var end bgjob.Snapshot
+			switch tc {
+			case "soft-cap":
+				res, err := h.r.RunForeground(ctxT(t), spec, bgjob.Foreground{SoftCap: time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !res.Detached || res.State != bgjob.Running {
+					t.Fatalf("RunForeground of a held-back job: detached %v, %v; want detached at the soft cap", res.Detached, res.State)
+				}
+				id = res.ID
+				h.awaitHeld(t, id)
+				if end, err = h.r.Cancel(id); err != nil {
+					t.Fatal(err)
+				}
+			default:
+				s, err := h.r.Start(ctxT(t), spec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				id = s.ID
+				h.awaitHeld(t, id)
+				if tc == "cancel" {
+					end, err = h.r.Cancel(id)
+				} else {
+					end, err = h.r.Wait(ctxT(t), id)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := map[string]bgjob.State{"cancel": bgjob.Cancelled, "timeout": bgjob.TimedOut, "soft-cap": bgjob.Cancelled}[tc]
+			if end.State != want || end.Output.Total >= seqBytes(1000000) {
+				t.Errorf("held-back job: %v, %d bytes; want %v before its end", end.State, end.Output.Total, want)
+			}
+			close(h.release)
+			if err := h.r.Close(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+			// Exactly one match per line printed (the last, cut by the
+			// kill, is a line too).
+			lines := int64(strings.Count(end.Output.Text, "\n"))
+			if !strings.HasSuffix(end.Output.Text, "\n") {
+				lines++
+			}
+			if end.Output.Omitted != 0 || h.calls.Load() != lines {
+				t.Errorf("%d OnMatch calls for %d lines", h.calls.Load(), lines)
+			}
+		})
 	}
 }
 
