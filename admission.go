@@ -115,8 +115,31 @@ func (r *Registry) admitFinalSafely(j *job, v rawView, notice string) (f *final,
 }
 
 // admitFinal passes a finished job's output through the Admitter once and
-// maps the admitted text back onto raw offsets for Read.
+// maps the admitted text back onto raw offsets for Read. A TTY job's
+// Output.Text is its stream stripped of escape sequences, admitted as
+// such (so that a secret cut by a colour code is whole when the Admitter
+// sees it), and its raw stream is admitted too, for Read.
 func (r *Registry) admitFinal(j *job, v rawView, notice string) *final {
+	raw := r.admitRaw(j, v, notice)
+	if j.scr == nil {
+		return raw
+	}
+	a := r.admit(AdmitRequest{ID: j.id, Session: j.spec.Session, Command: j.spec.Command, Text: v.strippedText(), Omitted: v.omitted()})
+	return &final{out: admittedOutput(v, a, notice), raw: raw}
+}
+
+// admittedOutput is the Output of a view's text admitted as a.
+func admittedOutput(v rawView, a Admitted, notice string) Output {
+	o := Output{Text: a.Text, Total: v.total, Omitted: v.omitted(), Withheld: a.Withhold,
+		Notice: joinNotices(truncationNotice(v.omitted()), notice, a.Notice)}
+	if a.Withhold {
+		o.Text, o.Omitted = "", v.total
+	}
+	return o
+}
+
+// admitRaw admits a finished job's raw text, mapped onto raw offsets.
+func (r *Registry) admitRaw(j *job, v rawView, notice string) *final {
 	text := v.text()
 	a := r.admit(AdmitRequest{ID: j.id, Session: j.spec.Session, Command: j.spec.Command, Text: text, Omitted: v.omitted()})
 	f := &final{out: Output{Total: v.total, Omitted: v.omitted()}, tailLine: v.tailLine}
@@ -160,12 +183,12 @@ func (r *Registry) withOutput(j *job, s Snapshot, v *rawView) Snapshot {
 	if v == nil {
 		return s
 	}
-	a := r.admit(AdmitRequest{ID: j.id, Session: j.spec.Session, Command: j.spec.Command, Text: v.text(), Partial: true, Omitted: v.omitted()})
-	s.Output = Output{Text: a.Text, Total: v.total, Omitted: v.omitted(), Withheld: a.Withhold,
-		Notice: joinNotices(truncationNotice(v.omitted()), a.Notice)}
-	if a.Withhold {
-		s.Output.Omitted = v.total
+	text := v.text()
+	if j.scr != nil {
+		text = v.strippedText() // a TTY job's: see admitFinal
 	}
+	a := r.admit(AdmitRequest{ID: j.id, Session: j.spec.Session, Command: j.spec.Command, Text: text, Partial: true, Omitted: v.omitted()})
+	s.Output = admittedOutput(*v, a, "")
 	return s
 }
 
@@ -200,12 +223,18 @@ func (r *Registry) Readmit(ctx context.Context) error {
 		}
 		a := r.admit(AdmitRequest{ID: j.id, Session: j.spec.Session, Command: j.spec.Command, Text: f.out.Text, Omitted: f.out.Omitted})
 		nf := f.readmitted(a)
+		if f.raw != nil {
+			nf.raw = f.raw
+			if !f.raw.out.Withheld {
+				nf.raw = f.raw.readmitted(r.admit(AdmitRequest{ID: j.id, Session: j.spec.Session, Command: j.spec.Command, Text: f.raw.out.Text, Omitted: f.raw.out.Omitted}))
+			}
+		}
 		r.mu.Lock()
 		j.mu.Lock()
 		if j.finGen == gen {
 			j.fin = nf
 			j.finGen++
-			r.resizeLocked(j, int64(len(nf.out.Text)))
+			r.resizeLocked(j, nf.size())
 		}
 		j.mu.Unlock()
 		r.mu.Unlock()

@@ -93,6 +93,33 @@ func hashID(h *blake3.Hasher, spec *Spec, dir string, timeout time.Duration) ID 
 		number(l.FileSize)
 		number(int64(l.OpenFiles))
 	}
+	if sb := spec.Sandbox; sb != nil {
+		// The sandbox as resolved (its own or the Config's): launches
+		// with different sandboxes are different jobs.
+		field("sandbox")
+		number(int64(len(sb.Writable)))
+		for _, p := range sb.Writable {
+			field(p)
+		}
+		number(int64(len(sb.Readable)))
+		if sb.Readable == nil {
+			number(-1)
+		}
+		for _, p := range sb.Readable {
+			field(p)
+		}
+		if sb.Network {
+			number(1)
+		} else {
+			number(0)
+		}
+	}
+	if spec.Leftovers != LeftoversStop {
+		// A job that waits for its leftovers is another job than one
+		// that stops them; the others keep the IDs they always had.
+		field("leftovers")
+		number(int64(spec.Leftovers))
+	}
 	if len(spec.Watches) > 0 {
 		// So do launches that differ in their watches; those without
 		// keep their IDs.

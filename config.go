@@ -41,9 +41,28 @@ type Config struct {
 	KillGrace time.Duration
 
 	// MaxRunning limits the number of jobs running at once; a launch
-	// beyond it fails with ErrTooManyRunning. If MaxRunning is 0, it is
-	// 64.
+	// beyond it fails with ErrTooManyRunning, or waits in the queue
+	// with Queue set. If MaxRunning is 0, it is 64.
 	MaxRunning int
+
+	// Queue, if set, makes a launch beyond MaxRunning wait for a free
+	// slot instead of failing: the job is Queued (Snapshot.State, with
+	// its place in Snapshot.QueuePosition) until a running job ends,
+	// then starts. Waiting launches start by Spec.Priority, highest
+	// first, and in the order they came among equals. An identical
+	// launch joins a queued job as it joins a running one; Cancel takes
+	// a job out of the queue (Cancelled, it never ran); Close cancels
+	// the whole queue. A queued job's Timeout counts from its start, not
+	// from its launch; a RunForeground call counts the time in the
+	// queue against its soft cap, and detaches with the job Queued. In
+	// durable mode the queue is kept across a restart (see StateDir).
+	// If Queue is false, a launch beyond MaxRunning fails.
+	Queue bool
+
+	// MaxQueued bounds the queue: a launch that would make it longer
+	// fails with ErrTooManyRunning, as without a queue. If MaxQueued is
+	// 0, it is 1024. Without Queue it is unused.
+	MaxQueued int
 
 	// HeadBytes and TailBytes bound the output a job keeps: the first
 	// HeadBytes and the last TailBytes of its stream. What lies between
@@ -120,7 +139,10 @@ type Config struct {
 	// before the process starts; output, which the job writes itself (it
 	// is its stdout and stderr); and exit, where a wrapper /bin/sh writes
 	// the shell's status (temporary file, then rename) when the shell
-	// ends, even if the host is gone. The ID key is kept in
+	// ends, even if the host is gone. A queued job (Queue) has its folder
+	// and record from its launch, and an input file (0600) holding its
+	// Spec.Env and Spec.Stdin, which it needs to start after a restart;
+	// the file goes when the job starts or ends. The ID key is kept in
 	// StateDir/idkey (0600) when IDKey is nil, so IDs stay stable across
 	// restarts. While the host reads a job's output, the file is kept
 	// within MaxOutputBytes on disk.
@@ -144,7 +166,21 @@ type Config struct {
 	// timeouts measured from its original start. A job whose shell is
 	// gone becomes Exited with the code of its exit marker, or Failed
 	// with Reason "lost" if there is none (it was killed by SIGKILL, or
-	// the machine restarted). A job recorded as starting becomes Failed
+	// the machine restarted); but a job of Spec.Leftovers LeftoversWait
+	// whose tree still lives (its cgroup populated, or processes carrying
+	// its marker) is adopted as waiting for it, and ends with its
+	// marker's code when the tree is empty. A queued job is queued again,
+	// in its place (Spec.Priority, then the order of the launches), and
+	// starts when a slot is free, even if this Registry has no Queue (a
+	// job whose input file is gone becomes Failed, "lost"). A job's text
+	// is rebuilt once the process that copies its output to the file
+	// while no host runs has copied the last of it (New waits up to 2s
+	// in all for those; a text that may end early then says so in
+	// Output.Notice). A job that a host had
+	// begun to stop (Cancel, a timeout, Close) when it died ends as that
+	// stop ends it (Cancelled or TimedOut), not with the exit status the
+	// stop's signal gave it; if it still runs, the Registry that adopts
+	// it goes on stopping it. A job recorded as starting becomes Failed
 	// with Reason "spawn aborted". A record that cannot be read is moved
 	// to StateDir/quarantine/ and logged to Logger; it never makes New
 	// fail. Finished jobs are kept within Retention as in memory mode; a
@@ -178,6 +214,30 @@ type Config struct {
 	// never undone. On other systems New fails with ErrUnsupported when
 	// it is set.
 	Subreaper bool
+
+	// Sandbox, if set, is the sandbox of every job that sets none of its
+	// own (see [Sandbox]). New fails with ErrUnsupported if this host
+	// cannot enforce it, and with ErrInvalidConfig naming a bad path.
+	Sandbox *Sandbox
+
+	// Bwrap is the path of bubblewrap, which enforces sandboxes on
+	// Linux. If Bwrap is empty, "bwrap" is looked up in PATH.
+	Bwrap string
+
+	// Launcher, if set, rewrites the command line of every job before it
+	// is spawned: to run it in a container or VM runner of the host's,
+	// under firejail or nsjail, on another machine. It gets the whole
+	// command line, which it may wrap or replace, and returns the one to
+	// run; its program is looked up in PATH. It runs after the job's
+	// sandbox has wrapped the command line (so a Launcher that isolates
+	// the job its own way should be used without Sandbox, or must provide
+	// what bubblewrap needs) and after the limits set on each process
+	// were put into it (so they hold wherever the command line runs); the
+	// job's containment and, in durable mode, its exit-marker wrapper
+	// are around it. A Launcher that fails fails the job (ErrSpawn) with
+	// its error in the Reason. It is called outside any lock, once per
+	// spawn, never for a launch that joins a running job.
+	Launcher func(argv []string) ([]string, error)
 
 	// Limits holds the limits of every job; a non-zero field of
 	// Spec.Limits replaces its own (see [Limits]). New fails with
@@ -229,6 +289,7 @@ const (
 	defaultTimeout          = 30 * time.Minute
 	defaultKillGrace        = 2 * time.Second
 	defaultMaxRunning       = 64
+	defaultMaxQueued        = 1024
 	defaultHeadBytes        = 64 << 10
 	defaultTailBytes        = 1 << 20
 	defaultRetainJobs       = 64
@@ -315,9 +376,10 @@ func (c Config) normalize() (Config, error) {
 		v    *int
 		def  int
 	}{
-		{"MaxRunning", &c.MaxRunning, defaultMaxRunning},
 		{"HeadBytes", &c.HeadBytes, defaultHeadBytes},
 		{"TailBytes", &c.TailBytes, defaultTailBytes},
+		{"MaxRunning", &c.MaxRunning, defaultMaxRunning},
+		{"MaxQueued", &c.MaxQueued, defaultMaxQueued},
 	}
 	for _, n := range ints {
 		switch {
@@ -331,7 +393,7 @@ func (c Config) normalize() (Config, error) {
 		return c, configError(field, "%s", why)
 	}
 	// The output bounds are sizes of memory: keep them far from overflow.
-	for _, n := range ints[1:] {
+	for _, n := range ints[:2] {
 		if int64(*n.v) > maxOutputBound {
 			return c, configError(n.name, "%d; at most %d (1 TiB)", *n.v, int64(maxOutputBound))
 		}

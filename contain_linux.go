@@ -427,6 +427,25 @@ func (c *cgroups) recycle(g *jobCgroup) {
 	c.dropLocked(g)
 }
 
+// release lets go of the cgroup of a job that Detach released: the job
+// runs on in it, and the next Registry finds it by its folder (see
+// adoptProcess), so this one neither reuses nor removes it, but closes
+// what it held open of it (the folder, cgroup.events, cpu.stat) and its
+// watch. Without this, each released job kept a descriptor open for the
+// life of the process.
+func (c *cgroups) release(g *jobCgroup) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if g.wd >= 0 {
+		delete(c.byWD, g.wd)
+		if c.in >= 0 {
+			unix.InotifyRmWatch(c.in, uint32(g.wd))
+		}
+		g.wd = -1
+	}
+	g.closeFiles()
+}
+
 // dropLocked has g removed by the next tidy; c.mu must be held.
 func (c *cgroups) dropLocked(g *jobCgroup) {
 	if g.wd >= 0 {

@@ -29,12 +29,17 @@ type process struct {
 	// when its last handle closes: even if the host dies, no process of
 	// the job outlives it.
 	job windows.Handle
-	// port receives the job's notifications once awaitEmpty first needs
-	// them (associated lazily, so that a job that starts thousands of
-	// processes does not queue a message for each); 0 before that or if
-	// it could not be set up.
+	// port receives the job's notifications: from the start for a job
+	// with a limit whose breach a message tells (see newJob), else once
+	// awaitEmpty first needs them (associated lazily, so that a job that
+	// starts thousands of processes does not queue a message for each);
+	// 0 before that or if it could not be set up. watched says it was
+	// tried.
 	port    windows.Handle
 	watched bool
+	// hits holds a bit (1<<msg) for each limit message the supervisor
+	// has read from port (see noteMessage).
+	hits uint32
 	// console reports whether the shell shares the host's console, so
 	// that a CTRL_BREAK can reach its process group.
 	console bool
@@ -45,20 +50,37 @@ type process struct {
 const killExitCode = 1
 
 // newJob creates a Job Object that kills its processes when its last
-// handle closes.
-func newJob() (windows.Handle, error) {
-	job, err := windows.CreateJobObject(nil, nil)
+// handle closes, set to limits l (see jobLimitsFor). For a job with a
+// limit whose breach only a message tells (Memory, Processes, CPUTime),
+// it also returns the completion port those messages go to, associated
+// now, before any process is in the job; 0 if it could not be (the
+// limits hold all the same, but limitHit cannot tell which one stopped
+// the job). Such a job's port holds the job's every message (two small
+// ones per process it starts) until the job ends, when limitHit and
+// awaitEmpty read them and close frees the rest: the price of knowing
+// why a limited job failed. A CPU limit
+// the system refuses is an error: the job never runs without it.
+func newJob(l Limits) (job, port windows.Handle, err error) {
+	job, err = windows.CreateJobObject(nil, nil)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	var info windows.JOBOBJECT_EXTENDED_LIMIT_INFORMATION
-	info.BasicLimitInformation.LimitFlags = windows.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE
+	lim := jobLimitsFor(l, processors())
 	if _, err := windows.SetInformationJobObject(job, windows.JobObjectExtendedLimitInformation,
-		uintptr(unsafe.Pointer(&info)), uint32(unsafe.Sizeof(info))); err != nil {
+		uintptr(unsafe.Pointer(&lim.ext)), uint32(unsafe.Sizeof(lim.ext))); err != nil {
 		windows.CloseHandle(job)
-		return 0, err
+		return 0, 0, err
 	}
-	return job, nil
+	if lim.cpu.ControlFlags != 0 {
+		if err := setCPURate(job, lim.cpu); err != nil {
+			windows.CloseHandle(job)
+			return 0, 0, fmt.Errorf("Limits.CPU: CPU rate control: %w", err)
+		}
+	}
+	if lim.watch {
+		port = watchJob(job)
+	}
+	return job, port, nil
 }
 
 var procGetConsoleWindow = windows.NewLazySystemDLL("kernel32.dll").NewProc("GetConsoleWindow")
@@ -151,6 +173,12 @@ func (p *process) active() int {
 // leftovers returns how many processes of the job are still alive after
 // the shell has exited.
 func (p *process) leftovers() int { return p.live() }
+
+// treeCount counts the live processes of the job, for the leftover
+// watcher, which may call it from its own goroutine: it reads only the
+// Job Object's handle and the console flag, set before the process was
+// shared, and the supervisor stops the watcher before it closes them.
+func (p *process) treeCount() int { return p.live() }
 
 // live returns the number of processes of the job that are alive, not
 // counting the console host (conhost.exe) that Windows starts inside the
@@ -253,11 +281,21 @@ func (p *process) awaitEmpty(deadline time.Time) int {
 			time.Sleep(min(step, 10*time.Millisecond))
 			continue
 		}
-		var msg uint32
-		var key, ov uintptr // ov holds a PID, not a pointer: keep it away from the GC
-		windows.GetQueuedCompletionStatus(p.port, &msg, &key,
-			(**windows.Overlapped)(unsafe.Pointer(&ov)), uint32((step+time.Millisecond-1)/time.Millisecond))
+		p.nextMessage(uint32((step + time.Millisecond - 1) / time.Millisecond))
 	}
+}
+
+// nextMessage waits up to ms milliseconds for the next message of the
+// job's port, notes it (noteMessage), and reports whether one came.
+func (p *process) nextMessage(ms uint32) bool {
+	var msg uint32
+	var key, ov uintptr // ov holds a PID, not a pointer: keep it away from the GC
+	err := windows.GetQueuedCompletionStatus(p.port, &msg, &key, (**windows.Overlapped)(unsafe.Pointer(&ov)), ms)
+	if err != nil {
+		return false
+	}
+	p.noteMessage(msg)
+	return true
 }
 
 // awaitStep caps each wait of awaitEmpty for a job message.

@@ -25,14 +25,32 @@
 //		io.Copy(os.Stdout, jobs.Follow(ctx, res.ID, 0))
 //	}
 //
-// bgjob does not give a job a terminal (PTY) or take input after the
-// start, and it runs jobs on this machine only.
+// bgjob runs jobs on this machine only (a Config.Launcher may run them
+// elsewhere).
 //
 // Hooks ([Admitter], [Telemetry], [Config.OnComplete], [Config.OnMatch],
 // [Config.Guard]) may call back into the registry, on any job, their own included, without a
 // deadlock: a wait from a hook waits for the job to finish, not for its
 // hooks, and a JobStarted hook that waits for its own job supervises it
 // to its end right there.
+//
+// # Interactive jobs
+//
+// A job launched with [Spec.Interactive] keeps its standard input open:
+// [Registry.Write] sends it bytes (waiting only while its pipe is full,
+// as long as the call's ctx allows) and [Registry.CloseInput] sends end
+// of file; a prompt, a REPL or cat can be driven to its end. With
+// [Spec.TTY] the job runs on a pseudo-terminal of its own, its
+// controlling terminal, so programs behave as for a person at a
+// terminal: Write("\x03") interrupts the foreground process group as
+// Ctrl-C does, [Registry.Resize] changes the size (SIGWINCH), and
+// [Registry.Screen] renders the screen (rows and cursor) through a
+// terminal emulator, for top, less or a progress bar. A TTY job's
+// [Output.Text] is its stream with escape sequences removed, while
+// [Registry.Read] serves the raw stream; both, and the screen, pass the
+// Admitter. Interactive launches never coalesce: each is a conversation
+// of its own. Errors say when a job takes no input ([ErrNotInteractive])
+// or no longer does ([ErrInputClosed]).
 //
 // # Limits and usage
 //
@@ -44,6 +62,36 @@
 // a [Snapshot.Reason] that names the limit and [CategoryLimit] in
 // [Telemetry]. [Snapshot.Usage] tells the CPU time and peak memory every
 // finished job used.
+//
+// # Sandbox
+//
+// [Config.Sandbox] or [Spec.Sandbox] confines a job: it may write its Dir,
+// a private temporary directory and the paths listed, read the whole
+// filesystem or only what is listed, and reach no network unless allowed
+// (see [Sandbox]). Linux enforces it with bubblewrap in user namespaces,
+// macOS with sandbox-exec; where it cannot be enforced the launch fails
+// with [ErrUnsupported] and nothing runs. [Config.Launcher] rewrites every
+// job's command line, after the sandbox, for a host's own runner.
+//
+// # Dev servers and queues
+//
+// A job's shell may leave processes running when it exits ("npm run dev
+// &"). By default they are stopped then ([LeftoversStop]); with
+// [Spec.Leftovers] set to [LeftoversWait] the job stays Running until the
+// last of them has ended, its output still read, its timeouts, Cancel and
+// Close still stopping the whole tree, and ends with the shell's exit
+// code. [Registry.Status] and [Registry.List] show a running job's live
+// processes ([Snapshot.Processes], command lines through the Admitter) and
+// the TCP ports they listen on ([Snapshot.Ports]), on Linux; a listing is
+// served again for up to a second while the job writes no output, since a
+// fresh one reads /proc (see [Registry.Status] for its cost).
+//
+// With [Config.Queue], a launch beyond [Config.MaxRunning] waits instead of
+// failing: the job is [Queued], with its place in [Snapshot.QueuePosition],
+// and starts, highest [Spec.Priority] first and then in order of arrival,
+// when a running job's end frees a slot (the end itself starts it; nothing
+// polls). Cancel takes a job out of the queue, Close cancels the queue,
+// [Config.MaxQueued] bounds it, and in durable mode it survives a restart.
 //
 // # Durable mode
 //
@@ -64,7 +112,14 @@
 // held to [Config.MaxOutputBytes] on disk. Live behaviour (Read, Status,
 // timeouts, Cancel, coalescing, admission, completions) is the same as in
 // memory. The job's shell runs under a wrapper /bin/sh, so its PID is
-// the wrapper's; the environment and stdin are never written to disk.
+// the wrapper's; the environment and stdin are never written to a
+// record (a queued job keeps them in a file of mode 0600 until it
+// starts, so that it can start after a restart). An interactive job
+// reads a named pipe in its folder, held open by a small holder process,
+// so a host that adopts it after a restart (or a crash) writes on, and
+// CloseInput still ends it. TTY jobs are refused in durable mode with
+// ErrUnsupported: a terminal lives in the host and would not survive its
+// restart.
 //
 // # Watches
 //
@@ -124,10 +179,19 @@
 // supervisor itself until the job ends, detaches or its first progress
 // report is due, so a short foreground job starts no goroutine at all
 // (OnProgress is never called while it does; the hooks of the job's end
-// are, as they would be in the job's own goroutine). Matches of watches
-// are delivered by one goroutine of the registry, which runs while some
-// wait for delivery and ends when none do. The registry starts no other
-// goroutine (Close starts one while it waits).
+// are, as they would be in the job's own goroutine). A job that waits for
+// its leftovers ([LeftoversWait]) has one more goroutine while its shell
+// has exited and its tree lives, which waits for the tree to be empty. A
+// queued job has no goroutine until it leaves the queue. Matches of
+// watches are delivered by one goroutine of the registry, which runs
+// while some wait for delivery and ends when none do. The registry
+// starts no other goroutine (Close starts one while it waits), but for an
+// interactive job whose Spec.Stdin does not fit into its input at once:
+// a goroutine writes the rest, and ends when it is written or the input
+// closes. A Write that waits for a full input waits in the runtime's
+// poller, holding no thread. A TTY job's screen is rendered by the
+// Screen call itself, from the output that came since the last one, so
+// a job nobody looks at costs nothing.
 // Hooks (Admitter, Telemetry, OnComplete, Guard) are never called under
 // the registry's lock; they may run concurrently with each other.
 //
@@ -198,10 +262,19 @@
 // leftover processes are found in /proc, ignoring zombies, which hold
 // nothing; [Config.Subreaper] makes the host reap its jobs' orphans. On
 // other Unix systems a kqueue reports the exit and the group is checked
-// with kill(-pgid, 0).
+// with kill(-pgid, 0). [Snapshot.Processes] and [Snapshot.Ports] are
+// listed on Linux only; elsewhere they stay empty, and a job waiting for
+// its leftovers has its tree looked at every half second at most, where
+// Linux wakes on the tree's end (inotify on the cgroup, pidfds).
 //
-// On Windows each job runs in a Job Object with kill-on-close, created
-// suspended and resumed once assigned, so nothing escapes it. The polite
+// TTY jobs run on a Linux pseudo-terminal (opened through x/sys/unix)
+// and, on Windows, on a pseudo console (ConPTY, Windows 10 1809 and
+// later); on other Unix systems a TTY launch fails with ErrUnsupported.
+// Interactive pipes work everywhere.
+//
+// On Windows each job runs in a Job Object with kill-on-close, which
+// also holds its [Limits], created suspended and resumed once assigned,
+// so nothing escapes it and nothing runs unlimited. The polite
 // step is CTRL_BREAK to the job's console process group, which reaches
 // it only when the host has a console; a host without one (a service)
 // goes straight to TerminateJobObject after the grace. Exit codes are the

@@ -29,13 +29,17 @@ import (
 //	    record.json             keyed hash of the session, never its name
 //	    output                  the job's stdout and stderr, written by it
 //	    exit                    the shell's status, written by the wrapper
+//	    input                   an interactive job's stdin: a FIFO (durable_io_linux.go)
+//	    queued                  a queued job's environment and stdin, until it starts
 //	quarantine/                 run folders whose record could not be read
 //
 // Folders are 0700 and files 0600.
 const (
 	recordFile    = "record.json"
 	outputFile    = "output"
+	inputFile     = "input" // an interactive job's FIFO
 	markerFile    = "exit"
+	queuedFile    = "queued" // a queued job's environment and stdin, until it starts
 	idKeyFile     = "idkey"
 	lockFile      = "lock"
 	sessionsDir   = "sessions"
@@ -43,6 +47,17 @@ const (
 	recordVersion = 1
 	stateStarting = "starting"
 )
+
+// keeperWait bounds how long New waits, in all, for the keepers of jobs
+// that ended while no host watched them to copy the last of their output
+// (see awaitKeeper). A keeper has at most a pipe's worth left once the
+// job's processes are gone, so only a keeper that is stopped or starved
+// of CPU outlives it; the job's text may then end early, and says so.
+const keeperWait = 2 * time.Second
+
+// noticeKeeperBehind is the Output.Notice of a replayed job whose keeper
+// had not finished (see keeperWait).
+const noticeKeeperBehind = "output may end early: it was still being copied to disk when the job was replayed"
 
 var (
 	errGone         = errors.New("bgjob: process gone")
@@ -89,12 +104,32 @@ type record struct {
 	// KeeperPID and KeeperStart name the job's keeper (see
 	// durable_io_linux.go), which copies its output to the file once
 	// no host does.
-	KeeperPID   int       `json:"keeper_pid,omitempty"`
-	KeeperStart uint64    `json:"keeper_start,omitempty"`
+	KeeperPID   int    `json:"keeper_pid,omitempty"`
+	KeeperStart uint64 `json:"keeper_start,omitempty"`
+	// Interactive: the job reads the run folder's FIFO (inputFile),
+	// held open by the holder HolderPID (started at HolderStart) until
+	// CloseInput, which sets InputClosed.
+	Interactive bool      `json:"interactive,omitempty"`
+	HolderPID   int       `json:"holder_pid,omitempty"`
+	HolderStart uint64    `json:"holder_start,omitempty"`
+	InputClosed bool      `json:"input_closed,omitempty"`
 	Started     time.Time `json:"started"`
 	Ended       time.Time `json:"ended,omitzero"`
 	Reason      rawText   `json:"reason,omitempty"`
 	Notice      string    `json:"notice,omitempty"` // about leftovers stopped
+	// Leftovers is the job's Spec.Leftovers; Priority its Spec.Priority
+	// and Sandbox its sandbox as resolved, which a queued job needs to
+	// start after a restart. A queued job's environment and stdin are
+	// in its input file, never here.
+	Leftovers Leftovers `json:"leftovers,omitempty"`
+	Priority  int       `json:"priority,omitempty"`
+	Sandbox   *Sandbox  `json:"sandbox,omitempty"`
+	// Stop is why the host began to stop the running job (a Cancel,
+	// a timeout, Close), written before its first signal: if the host
+	// dies before the end, the replay reports this end and not the
+	// signal's exit status (or "lost", after SIGKILL), and a Registry
+	// that adopts the job goes on stopping it.
+	Stop *stopRecord `json:"stop,omitempty"`
 	// Pollable: the job's end owes a completion.
 	Pollable bool `json:"pollable"`
 	// Evicted: retention dropped the job while its completion was still
@@ -136,6 +171,18 @@ type recMatch struct {
 	Line     rawText   `json:"line,omitempty"`
 	Withheld bool      `json:"withheld,omitempty"`
 	At       time.Time `json:"at"`
+}
+
+// stopRecord is a record's account of a stop under way: the end it
+// gives the job.
+type stopRecord struct {
+	State    string  `json:"state"`
+	ExitCode int     `json:"exit_code"`
+	Reason   rawText `json:"reason"`
+}
+
+func (s *stopRecord) outcome() outcome {
+	return outcome{state: parseState(s.State), exitCode: s.ExitCode, reason: string(s.Reason)}
 }
 
 // rawText is a string that a record keeps byte for byte: in JSON it is a
@@ -207,6 +254,7 @@ type store struct {
 	lifeR, lifeW *os.File
 	watch        *fileWatch // the inotify of adopted jobs' output files, made by restore if needed
 	key          [32]byte   // keys the session folder names
+	boot         string     // this boot of the machine (see bootID)
 	lim          readLimits
 	log          *slog.Logger
 
@@ -230,6 +278,20 @@ type runRec struct {
 	mu   sync.Mutex
 	rec  record // the record as last written, or about to be
 	gone bool   // the folder was removed: write nothing more
+	// err is why the record of a queued job could not be written; its
+	// launching fails with it.
+	err error
+}
+
+// queuedInput is what a queued job's input file (queuedFile) holds: what its start needs
+// and its record must not hold, since it may carry secrets. The file goes
+// when the job starts or ends.
+type queuedInput struct {
+	Env   [][2]rawText `json:"env,omitempty"` // Spec.Env, sorted by key
+	Stdin rawText      `json:"stdin,omitempty"`
+	// Unique, with the rest of the record, is the job's Spec as it was
+	// launched.
+	Unique bool `json:"unique,omitempty"`
 }
 
 // openStore creates the state directory's layout if needed and returns
@@ -259,6 +321,15 @@ func openStore(c *Config) (*store, []byte, error) {
 			unlockStateDir(lock)
 		}
 	}()
+	// The boot's name dates every running record: one that cannot be
+	// read now (no descriptor left) must fail New, or replay would take
+	// every running job for one of an earlier boot and record it lost.
+	if st.boot, err = bootID(); err != nil {
+		return nil, nil, fmt.Errorf("bgjob: new: boot ID: %w", err)
+	}
+	// Children of this process that earlier Registries released and
+	// that have exited since: reaped now (see noteReleased).
+	reapReleased()
 	if st.lifeR, st.lifeW, err = os.Pipe(); err != nil {
 		return nil, nil, fmt.Errorf("bgjob: new: lifeline: %w", err)
 	}
@@ -286,6 +357,12 @@ func openStore(c *Config) (*store, []byte, error) {
 // the lock; after close (a Completions call on a closed registry records
 // a delivery) it takes the lock again for the write, unless another
 // Registry holds it now, which then owns the records: nothing is written.
+//
+// The writes after close take the lock one at a time (relocking), in the
+// whole process: two at once would find the lock held, by this very
+// process, and the second would be refused as if another Registry owned
+// the records, leaving a delivery unrecorded (TestStressDurable saw a
+// completion delivered twice so).
 func (st *store) relock() (unlock func(), ok bool) {
 	st.mu.Lock()
 	held := st.lock != nil
@@ -293,13 +370,22 @@ func (st *store) relock() (unlock func(), ok bool) {
 	if held {
 		return func() {}, true
 	}
+	relocking.Lock()
 	l, err := lockStateDir(st.dir)
 	if err != nil {
+		relocking.Unlock()
 		st.log.Warn("bgjob: record not written after Close", "err", err)
 		return nil, false
 	}
-	return func() { unlockStateDir(l) }, true
+	return func() {
+		unlockStateDir(l)
+		relocking.Unlock()
+	}, true
 }
+
+// relocking serializes relock's takings of a lock; see there. A record
+// lock (runRec.mu) may be held when it is taken, never the reverse.
+var relocking sync.Mutex
 
 // close lets go of the state directory, once the registry has ended: the
 // next New on it may proceed.
@@ -318,6 +404,7 @@ func (st *store) close() {
 		st.watch.close()
 	}
 	unlockStateDir(lock)
+	reapReleased()
 }
 
 // idKey reads the persisted ID key, or makes and persists one.
@@ -455,6 +542,8 @@ func decodeRecord(b []byte) (*record, error) {
 		return nil, fmt.Errorf("record generation %d", rec.Gen)
 	case rec.State != stateStarting && parseState(rec.State) < 0:
 		return nil, fmt.Errorf("record state %q", rec.State)
+	case rec.Stop != nil && parseState(rec.Stop.State) <= Running:
+		return nil, fmt.Errorf("record stop state %q", rec.Stop.State)
 	}
 	if len(rec.Args) == 0 {
 		rec.Args = nil // "args": [] is no Args, as an omitted field is
@@ -497,19 +586,10 @@ func (st *store) get(j *job) *runRec {
 // "starting", before the process exists. On failure it leaves no
 // half-made folder for the next replay to quarantine.
 func (st *store) launching(j *job) error {
-	rr := &runRec{dir: filepath.Join(st.sessionDir(j.spec.Session), string(j.id)+"."+strconv.FormatUint(j.gen, 10))}
-	rr.rec = record{
-		Version: recordVersion, ID: j.id, Gen: j.gen, Session: rawText(j.spec.Session),
-		Command: rawText(j.spec.Command), Args: rawTexts(j.spec.Args), Dir: rawText(j.spec.Dir), Timeout: j.timeout, IdleTimeout: j.spec.IdleTimeout,
-		State: stateStarting, ExitCode: exitUnknown, Started: j.started, Pollable: true,
+	if rr := st.get(j); rr != nil {
+		return st.dequeued(j, rr)
 	}
-	if !j.limits.IsZero() {
-		l := j.limits
-		rr.rec.Limits = &l
-	}
-	for _, w := range j.spec.Watches {
-		rr.rec.Watches = append(rr.rec.Watches, recWatch{Name: rawText(w.Name), Pattern: rawText(w.Pattern.String()), Every: w.Every, Last: -1})
-	}
+	rr := st.newRun(j, stateStarting)
 	err := os.MkdirAll(filepath.Dir(rr.dir), 0o700)
 	if err == nil {
 		if err = os.Mkdir(rr.dir, 0o700); errors.Is(err, os.ErrExist) {
@@ -535,6 +615,125 @@ func (st *store) launching(j *job) error {
 	return nil
 }
 
+// newRun returns the run record of j, a new run, in the given state.
+func (st *store) newRun(j *job, state string) *runRec {
+	rr := &runRec{dir: filepath.Join(st.sessionDir(j.spec.Session), string(j.id)+"."+strconv.FormatUint(j.gen, 10))}
+	rr.rec = record{
+		Version: recordVersion, ID: j.id, Gen: j.gen, Session: rawText(j.spec.Session),
+		Command: rawText(j.spec.Command), Args: rawTexts(j.spec.Args), Dir: rawText(j.spec.Dir), Timeout: j.timeout, IdleTimeout: j.spec.IdleTimeout,
+		State: state, ExitCode: exitUnknown, Started: j.started, Pollable: true,
+		Leftovers: j.spec.Leftovers, Priority: j.spec.Priority, Sandbox: j.spec.Sandbox,
+		Interactive: j.spec.Interactive,
+	}
+	if !j.limits.IsZero() {
+		l := j.limits
+		rr.rec.Limits = &l
+	}
+	for _, w := range j.spec.Watches {
+		rr.rec.Watches = append(rr.rec.Watches, recWatch{Name: rawText(w.Name), Pattern: rawText(w.Pattern.String()), Every: w.Every, Last: -1})
+	}
+	return rr
+}
+
+// queueing registers a record for j before the launch decides whether j
+// is queued, holding it until the returned function has written it as
+// queued (or, if j was not queued, unregistered it).
+func (st *store) queueing(j *job) func(bool) {
+	rr := &runRec{}
+	rr.mu.Lock()
+	st.mu.Lock()
+	st.runs[j] = rr
+	st.mu.Unlock()
+	return func(queued bool) {
+		defer rr.mu.Unlock()
+		if !queued {
+			st.mu.Lock()
+			delete(st.runs, j)
+			st.mu.Unlock()
+			return
+		}
+		fresh := st.newRun(j, Queued.String())
+		rr.dir, rr.rec = fresh.dir, fresh.rec
+		if err := st.writeQueued(j, rr); err != nil {
+			// The job stays queued in memory; its start fails with
+			// this, as a launch whose record cannot be written does.
+			st.log.Warn("bgjob: write queued record", "id", j.id, "err", err)
+			rr.err, rr.gone = err, true
+		}
+	}
+}
+
+// writeQueued makes a queued job's run folder, its input file and its
+// record. On failure it leaves no half-made folder.
+func (st *store) writeQueued(j *job, rr *runRec) error {
+	in := queuedInput{Stdin: rawText(j.spec.Stdin), Unique: j.spec.Unique}
+	for k, v := range j.spec.Env {
+		in.Env = append(in.Env, [2]rawText{rawText(k), rawText(v)})
+	}
+	slices.SortFunc(in.Env, func(a, b [2]rawText) int { return strings.Compare(string(a[0]), string(b[0])) })
+	err := os.MkdirAll(filepath.Dir(rr.dir), 0o700)
+	if err == nil {
+		if err = os.Mkdir(rr.dir, 0o700); errors.Is(err, os.ErrExist) {
+			err = nil
+		}
+	}
+	var b []byte
+	if err == nil {
+		b, err = json.Marshal(&in)
+	}
+	if err == nil {
+		err = writeFileSync(rr.dir, queuedFile, b)
+	}
+	if err == nil {
+		b, err = json.Marshal(&rr.rec)
+	}
+	if err == nil {
+		err = writeFileSync(rr.dir, recordFile, b)
+	}
+	if err != nil {
+		if rerr := os.RemoveAll(rr.dir); rerr != nil {
+			st.log.Warn("bgjob: remove run folder", "id", j.id, "err", rerr)
+		}
+	}
+	return err
+}
+
+// dequeued records that j, queued, is starting: its record says
+// "starting" and its input file goes. It fails, leaving no folder, if
+// the queued record could not be written or this one cannot.
+func (st *store) dequeued(j *job, rr *runRec) error {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	err := rr.err
+	if err == nil {
+		rr.rec.State, rr.rec.Started = stateStarting, j.started
+		var b []byte
+		if b, err = json.Marshal(&rr.rec); err == nil {
+			err = writeFileSync(rr.dir, recordFile, b)
+		}
+		if err != nil {
+			os.RemoveAll(rr.dir)
+		}
+	}
+	if err != nil {
+		rr.gone = true
+		st.mu.Lock()
+		delete(st.runs, j)
+		st.mu.Unlock()
+		return err
+	}
+	st.dropInput(rr)
+	return nil
+}
+
+// dropInput removes a queued job's input file (queuedFile), once it is
+// not needed.
+func (st *store) dropInput(rr *runRec) {
+	if err := os.Remove(filepath.Join(rr.dir, queuedFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		st.log.Warn("bgjob: remove queued input file", "id", rr.rec.ID, "err", err)
+	}
+}
+
 // wrap sends j's output to its run folder's file and runs its command
 // line under the wrapper that writes the exit marker there.
 func (st *store) wrap(j *job, pl *plan) error {
@@ -548,6 +747,12 @@ func (st *store) wrap(j *job, pl *plan) error {
 	lim := st.lim
 	lim.hold = &j.ws.hold
 	pl.output = outputPlan{file: filepath.Join(rr.dir, outputFile), lim: lim, lifeline: st.lifeR, log: st.log}
+	if j.spec.Interactive {
+		pl.input.fifo = filepath.Join(rr.dir, inputFile)
+		if err := makeFIFO(pl.input.fifo); err != nil {
+			return fmt.Errorf("input: %w", err)
+		}
+	}
 	pl.argv = wrapArgv(rr.dir, pl.argv)
 	return nil
 }
@@ -563,7 +768,7 @@ func (st *store) started(j *job, p *process) {
 	kind, where := p.containment()
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
-	rr.rec.State, rr.rec.PID, rr.rec.StartTime, rr.rec.BootID = Running.String(), p.pid, start, bootID()
+	rr.rec.State, rr.rec.PID, rr.rec.StartTime, rr.rec.BootID = Running.String(), p.pid, start, st.boot
 	if kind == ContainCgroup {
 		rr.rec.Cgroup = rawText(where)
 		rr.rec.CgroupCPUBase = p.cpuBase()
@@ -574,6 +779,26 @@ func (st *store) started(j *job, p *process) {
 		rr.rec.KeeperPID = k
 		rr.rec.KeeperStart, _, _ = procStart(k)
 	}
+	if h := p.holderOf(); h > 0 {
+		rr.rec.HolderPID = h
+		rr.rec.HolderStart, _, _ = procStart(h)
+	}
+	st.writeLocked(rr)
+}
+
+// stopping records why j is being stopped, before its first signal.
+func (st *store) stopping(j *job, o outcome) {
+	rr := st.get(j)
+	if rr == nil {
+		return
+	}
+	stop := &stopRecord{State: o.state.String(), ExitCode: o.exitCode, Reason: rawText(o.reason)}
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	if rr.rec.Stop != nil && *rr.rec.Stop == *stop {
+		return // an adopted job's stop, which its last host recorded
+	}
+	rr.rec.Stop = stop
 	st.writeLocked(rr)
 }
 
@@ -587,6 +812,9 @@ func (st *store) ending(j *job) func(outcome, time.Time, bool) {
 	rr.mu.Lock()
 	return func(o outcome, ended time.Time, pollable bool) {
 		defer rr.mu.Unlock()
+		if rr.rec.State == Queued.String() && !rr.gone {
+			st.dropInput(rr) // cancelled while queued
+		}
 		rr.rec.State, rr.rec.ExitCode, rr.rec.Reason, rr.rec.Notice = o.state.String(), o.exitCode, rawText(o.reason), o.notice
 		rr.rec.Usage, rr.rec.Category = nil, ""
 		if o.usage != (Usage{}) {
@@ -618,6 +846,20 @@ func (st *store) delivered(j *job) {
 		return
 	}
 	st.writeLocked(rr)
+}
+
+// inputClosed records that CloseInput closed j's input.
+func (st *store) inputClosed(j *job) {
+	rr := st.get(j)
+	if rr == nil {
+		return
+	}
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	if !rr.rec.InputClosed {
+		rr.rec.InputClosed = true
+		st.writeLocked(rr)
+	}
 }
 
 // forgottenLocked queues j for the next purge.
@@ -698,7 +940,10 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 		byID = make(map[ID]*job)
 		gone []*job // finished runs nobody holds: discarded after
 	)
-	boot := bootID()
+	boot := st.boot
+	// The keepers of jobs that ended while no host watched them are
+	// waited for until keeperBy: keeperWait from the first such wait.
+	var keeperBy time.Time
 	for _, s := range sessions {
 		sdir := filepath.Join(st.dir, sessionsDir, s.Name())
 		runs, err := os.ReadDir(sdir)
@@ -723,17 +968,46 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 				id: rec.ID, gen: rec.Gen,
 				spec:    Spec{Session: string(rec.Session), Command: string(rec.Command), Args: strs(rec.Args), Dir: string(rec.Dir), IdleTimeout: rec.IdleTimeout},
 				timeout: rec.Timeout, started: rec.Started,
-				over: make(chan struct{}), done: make(chan struct{}), wake: make(chan struct{}, 1), heapIdx: -1,
+				over: make(chan struct{}), done: make(chan struct{}), released: make(chan struct{}), wake: make(chan struct{}, 1), heapIdx: -1,
 				state: Running, exitCode: exitUnknown, pid: rec.PID,
 			}
 			j.spec.Timeout = rec.Timeout
+			j.spec.Leftovers, j.spec.Priority, j.spec.Sandbox = rec.Leftovers, rec.Priority, rec.Sandbox
+			if rec.Interactive {
+				// Its input, closed unless adoption opens it again (or
+				// it is queued: requeue gives it a new one).
+				j.spec.Interactive = true
+				j.in = newInput(false)
+				j.in.markClosed(inputByEnd)
+				j.in.attach(nil, nil)
+			}
 			if rec.Limits != nil {
 				j.limits = *rec.Limits
 			}
 			st.runs[j] = rr
 			r.seq = max(r.seq, rec.Gen)
 			var o outcome
+			short := "" // a notice that the output file may not hold all the output
 			switch rec.State {
+			case Queued.String():
+				// It waits in the queue again, in its place: its
+				// generation keeps its order of arrival. It has not
+				// run: its watches (those added while it waited too)
+				// match from its first byte, as Spec.Watches do.
+				j.spec.Watches = st.specWatches(j, &rr.rec)
+				if why := r.requeue(j, run); why != "" {
+					o = outcome{state: Failed, exitCode: exitUnknown, reason: why}
+					break
+				}
+				if old := byID[j.id]; old == nil || old.gen < j.gen {
+					if old != nil {
+						gone = append(gone, old)
+					}
+					byID[j.id] = j
+				} else {
+					gone = append(gone, j) // a newer run replaced it: cannot be
+				}
+				continue
 			case stateStarting:
 				o = outcome{state: Failed, exitCode: exitUnknown, reason: "spawn aborted"}
 			case Running.String():
@@ -747,8 +1021,20 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 					lim.hold = &j.ws.hold
 					j.ws.hold.Store(math.MaxInt64)
 					p, rd, err := adoptProcess(rec, run, j.exited.Load, lim, r.cg, st.watch)
+					if err == errGone && rec.Leftovers == LeftoversWait {
+						// Its shell is gone; its tree may live on.
+						p, rd, err = adoptLeftovers(rec, run, j.exited.Load, lim, r.cg, st.watch)
+					}
 					if err != nil && err != errGone {
 						return nil, fmt.Errorf("adopt %s (process %d): %w", rec.ID, rec.PID, err)
+					}
+					if err == nil && rec.Interactive {
+						err = adoptJobInput(j, p, rec, run)
+						if err != nil {
+							rd.Close()
+							p.close()
+							return nil, fmt.Errorf("adopt %s (process %d): %w", rec.ID, rec.PID, err)
+						}
 					}
 					if err == nil {
 						j.out = newOutbuf(r.cfg.HeadBytes, r.cfg.TailBytes)
@@ -757,6 +1043,10 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 						rr.rec.Pollable = true
 						j.rd.Store(&rd)
 						a := adoption{j: j, p: p, rd: rd}
+						if rec.Stop != nil {
+							o := rec.Stop.outcome() // its host was stopping it: go on
+							a.stop = &o
+						}
 						if fi, err := os.Stat(filepath.Join(run, outputFile)); err == nil {
 							a.lastOut = fi.ModTime()
 						}
@@ -774,6 +1064,11 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 				switch {
 				case err != nil:
 					return nil, fmt.Errorf("replay %s: exit marker: %w", rec.ID, err)
+				case rec.Stop != nil:
+					// A host was stopping it, and died: it ended by that
+					// stop (its signal's status, or no marker after
+					// SIGKILL), or else as that stop would have ended it.
+					o = rec.Stop.outcome()
 				case ok:
 					o = outcome{state: Exited, exitCode: code}
 					if code != 0 {
@@ -782,10 +1077,27 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 				default:
 					o = outcome{state: Failed, exitCode: exitUnknown, reason: "lost"}
 				}
-				// Its shell is gone; what it left must go too. Its
-				// cgroup is cleared below; its marked processes here.
-				if n := stopMarked(rec); n > 0 {
+				// Its shell is gone; what it left must go too, before
+				// its keeper is waited for: a leftover that holds the
+				// pipe would keep the keeper copying.
+				if n := stopLeftovers(rec, r.cg); n > 0 {
 					o.notice = fmt.Sprintf("stopped %d leftover process(es) of the job", n)
+				}
+				rr.rec.Notice = o.notice
+				// Its output is all in the file only once its keeper
+				// has copied the pipe's last bytes and exited (the
+				// keeper may be slow to get there, or this host's
+				// child, released by Detach, which must be reaped).
+				if rec.BootID == boot {
+					done, err := awaitKeeper(rec.KeeperPID, rec.KeeperStart, &keeperBy)
+					if err != nil {
+						return nil, fmt.Errorf("replay %s: keeper: %w", rec.ID, err)
+					}
+					if !done {
+						st.log.Warn("bgjob: replay: the keeper of a job that ended has not finished copying its output; its text may end early",
+							"id", rec.ID, "keeper", rec.KeeperPID, "waited", keeperWait)
+						short = noticeKeeperBehind
+					}
 				}
 			default:
 				o = outcome{state: parseState(rec.State), exitCode: rec.ExitCode, reason: string(rec.Reason), notice: rec.Notice}
@@ -796,7 +1108,7 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 					o.limit = o.reason
 				}
 			}
-			if rec.State == stateStarting || rec.State == Running.String() {
+			if rec.State == stateStarting || rec.State == Running.String() || rec.State == Queued.String() {
 				// It ended while no Registry watched it: its end is
 				// recorded now, and its completion is owed to its
 				// session since no foreground caller is left.
@@ -826,7 +1138,7 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 				gone = append(gone, j)
 				continue
 			}
-			if j.fin, err = r.rebuild(j, run, o.notice); err != nil {
+			if j.fin, err = r.rebuild(j, run, joinNotices(o.notice, short)); err != nil {
 				return nil, fmt.Errorf("replay %s: output: %w", rec.ID, err)
 			}
 			if old := byID[j.id]; old == nil || old.gen < j.gen {
@@ -845,11 +1157,17 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 	}
 	for id, j := range byID {
 		r.jobs[id] = j
-		if j.finished {
+		switch {
+		case j.finished:
 			j.retEnd, j.retBytes = j.ended, int64(len(j.fin.out.Text))
 			r.retainLocked(j)
-		} else {
+		case j.state == Queued:
+			r.waiting.push(j)
+			r.wg.Add(1) // as launch counts a queued job; runQueued or unqueue lets go
+			j.counted.Store(true)
+		default:
 			r.running++
+			j.admitted = true
 		}
 	}
 	r.evictLocked(r.now())
@@ -862,6 +1180,73 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 	}
 	r.cg.clearExcept(keep)
 	return adopted, nil
+}
+
+// adoptJobInput gives an adopted interactive job its input again: the
+// host's end of its FIFO, and the holder that keeps it open; a job whose
+// input was closed (by CloseInput, or by the job) gets a closed one.
+func adoptJobInput(j *job, p *process, rec *record, run string) error {
+	j.in = newInput(false)
+	if rec.InputClosed {
+		j.in.markClosed(inputByHost)
+		j.in.attach(nil, nil)
+		return nil
+	}
+	conn, h, err := adoptInput(rec, run)
+	if err != nil {
+		return fmt.Errorf("input: %w", err)
+	}
+	p.holdInput(&inputPlan{holder: h})
+	if conn == nil {
+		j.in.markClosed(inputByJob)
+		j.in.attach(nil, nil)
+		return nil
+	}
+	var onEOF func() error
+	if h != nil {
+		onEOF = h.letGo
+	}
+	j.in.attach(conn, onEOF)
+	return nil
+}
+
+// requeue makes j, replayed from a queued record in the run folder run,
+// a queued job again: with its environment and stdin from the input file,
+// its base environment this registry's. It returns why it cannot (the
+// job then fails), or "".
+func (r *Registry) requeue(j *job, run string) string {
+	b, err := os.ReadFile(filepath.Join(run, queuedFile))
+	var in queuedInput
+	if err == nil {
+		err = json.Unmarshal(b, &in)
+	}
+	if err != nil {
+		return "lost: queued, but its input could not be read"
+	}
+	if sb := j.spec.Sandbox; sb != nil {
+		if err := r.sandbox.ready(r.cfg.Bwrap); err != nil {
+			return "sandbox: " + err.Error()
+		}
+	}
+	j.spec.Stdin, j.spec.Unique = string(in.Stdin), in.Unique
+	j.env = r.cfg.Env
+	if len(in.Env) > 0 {
+		j.spec.Env = make(map[string]string, len(in.Env))
+		extra := make([]string, 0, len(in.Env))
+		for _, kv := range in.Env {
+			j.spec.Env[string(kv[0])] = string(kv[1])
+			extra = append(extra, string(kv[0])+"="+string(kv[1]))
+		}
+		j.env = mergeEnv(r.cfg.Env, extra)
+	}
+	if j.spec.Interactive {
+		j.in = newInput(j.spec.TTY != nil) // it has not run: its input is new
+	}
+	j.state, j.pid = Queued, 0
+	j.out = newOutbuf(r.cfg.HeadBytes, r.cfg.TailBytes)
+	r.startWatches(j)
+	j.pollable = true // no foreground caller is left to hold it
+	return ""
 }
 
 // rebuild makes a replayed job's final output from its output file: the

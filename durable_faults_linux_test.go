@@ -69,6 +69,122 @@ func TestDurableLockHolder(t *testing.T) {
 	select {}
 }
 
+// The lock's descriptor closes on exec: no job, keeper or other child
+// of the host keeps the state directory locked.
+func TestDurableLockClosesOnExec(t *testing.T) {
+	cfg := durable(t)
+	r := newRegistry(t, cfg)
+	lock := filepath.Join(cfg.StateDir, "lock")
+	found := false
+	ents, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range ents {
+		if l, _ := os.Readlink("/proc/self/fd/" + e.Name()); l != lock {
+			continue
+		}
+		found = true
+		info, _ := os.ReadFile("/proc/self/fdinfo/" + e.Name())
+		var flags int64
+		for _, line := range strings.Split(string(info), "\n") {
+			if v, ok := strings.CutPrefix(line, "flags:"); ok {
+				fmt.Sscanf(strings.TrimSpace(v), "%o", &flags)
+			}
+		}
+		if flags&unix.O_CLOEXEC == 0 {
+			t.Errorf("lock descriptor %s: flags %o; want O_CLOEXEC", e.Name(), flags)
+		}
+	}
+	if !found {
+		t.Error("no descriptor of the lock file while the Registry runs")
+	}
+	r.Close(ctxT(t))
+}
+
+// holdLock takes the state directory's lock in this process as a host
+// named in it would (by another open of the file), writing holder as the
+// file's content; closing the returned file lets go of it.
+func holdLock(t *testing.T, cfg bgjob.Config, holder string) *os.File {
+	t.Helper()
+	r := newRegistry(t, cfg) // makes the state directory
+	r.Close(ctxT(t))
+	f, err := os.OpenFile(filepath.Join(cfg.StateDir, "lock"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	f.Truncate(0)
+	f.WriteString(holder)
+	return f
+}
+
+// deadPID returns the PID of a process that has exited and been reaped.
+func deadPID(t *testing.T) int {
+	t.Helper()
+	c := exec.Command("true")
+	if err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return c.Process.Pid
+}
+
+// A host that died can leave its lock held for a moment (a child it was
+// spawning holds a copy of the lock's descriptor until its exec): New
+// waits for it, a bounded time, when the holder the lock file names is
+// gone; a live holder fails it at once.
+func TestDurableLockOfDeadHost(t *testing.T) {
+	t.Run("released-soon", func(t *testing.T) {
+		cfg := durable(t)
+		f := holdLock(t, cfg, fmt.Sprintf("%d 1\n", deadPID(t)))
+		type result struct {
+			r   *bgjob.Registry
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			r, err := bgjob.New(cfg)
+			done <- result{r, err}
+		}()
+		select {
+		case res := <-done:
+			t.Fatalf("New returned %v while the lock was held; want it to wait", res.err)
+		case <-time.After(100 * time.Millisecond): // New is waiting: let go
+		}
+		f.Close()
+		select {
+		case res := <-done:
+			if res.err != nil {
+				t.Fatalf("New after the dead host's lock was let go: %v", res.err)
+			}
+			res.r.Close(ctxT(t))
+		case <-time.After(deadline):
+			t.Fatal("New did not return")
+		}
+	})
+	t.Run("never-released", func(t *testing.T) {
+		cfg := durable(t)
+		f := holdLock(t, cfg, fmt.Sprintf("%d\n", deadPID(t)))
+		defer f.Close()
+		begin := time.Now()
+		_, err := bgjob.New(cfg)
+		if took := time.Since(begin); !errors.Is(err, bgjob.ErrInUse) || took < time.Second || took > 10*time.Second {
+			t.Errorf("New with a dead holder's lock never let go: %v after %v; want ErrInUse after about 2s", err, took)
+		}
+	})
+	t.Run("live-holder", func(t *testing.T) {
+		cfg := durable(t)
+		st, _ := os.ReadFile("/proc/self/stat")
+		fields := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+2:]))
+		f := holdLock(t, cfg, fmt.Sprintf("%d %s\n", os.Getpid(), fields[19]))
+		defer f.Close()
+		begin := time.Now()
+		_, err := bgjob.New(cfg)
+		if took := time.Since(begin); !errors.Is(err, bgjob.ErrInUse) || took > time.Second {
+			t.Errorf("New with a live holder: %v after %v; want ErrInUse at once", err, took)
+		}
+	})
+}
+
 // While a host watches, each job's output file stays within
 // MaxOutputBytes plus one read (256 KiB) and a page, however many jobs
 // flood at once.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -157,7 +158,8 @@ const keeperScript = `read _ <&3; exec cat`
 type keeper struct {
 	pid   int
 	pidfd *os.File // nil if the kernel gave none
-	child bool     // started by this host (not found at adoption): it is reaped here
+	child bool     // it may be the host's child: it is reaped here
+	mine  bool     // started by this host (not found at adoption): certainly its child
 }
 
 // startKeeper starts the keeper of a job: pipe is the read end of its
@@ -192,7 +194,7 @@ func startKeeper(pipe int, file string, lifeline int) (*keeper, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := &keeper{pid: pid, child: true}
+	k := &keeper{pid: pid, child: true, mine: true}
 	if pidfd >= 0 {
 		k.pidfd = os.NewFile(uintptr(pidfd), "pidfd")
 	}
@@ -406,4 +408,140 @@ func (r *fileReader) SetReadDeadline(t time.Time) error {
 func (r *fileReader) Close() error {
 	r.watch.remove(r.wd)
 	return r.f.Close()
+}
+
+// Durable mode's input. An interactive job reads a named pipe in its run
+// folder (inputFile), so that a host that adopts it after a restart can
+// open it again and write on. A job reads end of file only once no
+// process holds the FIFO open for writing: besides the host, which comes
+// and goes, a holder process per job holds it open from the spawn on,
+// so the host's death (or Detach) does not end the job's input.
+// CloseInput closes the host's end and kills the holder: the job reads
+// what was written, then EOF. The holder also ends by itself when the
+// job does: it reads a life pipe whose only write end the job's wrapper
+// shell holds (as descriptor 4, closed for the job's own command), and
+// exits at its EOF, so it never outlives the job, whether or not a host
+// watches.
+
+// holderScript holds the FIFO (descriptor 3) until the life pipe (its
+// stdin) ends.
+const holderScript = `exec cat >/dev/null`
+
+// lifeFD is the descriptor the wrapper shell gets the life pipe's write
+// end as.
+const lifeFD = 4
+
+// makeFIFO makes the run folder's input FIFO, 0600.
+func makeFIFO(name string) error {
+	if err := unix.Mkfifo(name, 0o600); err != nil && err != unix.EEXIST {
+		return err
+	}
+	return unix.Chmod(name, 0o600)
+}
+
+// openFIFO opens the durable interactive input in.fifo: the job's end,
+// read blocking, which it returns; the host's end, non-blocking, in
+// in.conn; and the holder, which holds a third, in in.holder, with the
+// life pipe's write end for the wrapper in in.life.
+func openFIFO(in *inputPlan) (int, error) {
+	// O_NONBLOCK lets the read end open with no writer yet; the job
+	// must read a blocking descriptor, so the flag goes once it is open.
+	rfd, err := unix.Open(in.fifo, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	fail := func(err error) (int, error) {
+		unix.Close(rfd)
+		in.dropConn()
+		return -1, err
+	}
+	if _, err := unix.FcntlInt(uintptr(rfd), unix.F_SETFL, 0); err != nil {
+		return fail(err)
+	}
+	wfd, err := unix.Open(in.fifo, unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fail(err)
+	}
+	in.conn = &fileConn{File: os.NewFile(uintptr(wfd), in.fifo)}
+	h, life, err := startHolder(in.fifo)
+	if err != nil {
+		return fail(fmt.Errorf("input holder: %w", err))
+	}
+	in.holder, in.life, in.hasLife = h, life, true
+	in.onEOF = h.letGo
+	return rfd, nil
+}
+
+// startHolder starts the holder of the FIFO name (see above) and returns
+// it, with the write end of its life pipe.
+func startHolder(name string) (*keeper, int, error) {
+	hold, err := unix.Open(name, unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, -1, err
+	}
+	defer unix.Close(hold)
+	var life [2]int
+	if err := rawPipe(&life); err != nil {
+		return nil, -1, err
+	}
+	defer unix.Close(life[0])
+	null, err := openDevNull()
+	if err != nil {
+		unix.Close(life[1])
+		return nil, -1, err
+	}
+	pidfd := -1
+	attr := &syscall.ProcAttr{
+		Env:   []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
+		Files: []uintptr{uintptr(life[0]), uintptr(null), uintptr(null), uintptr(hold)},
+		Sys:   &syscall.SysProcAttr{Setsid: true, PidFD: &pidfd},
+	}
+	pid, err := syscall.ForkExec(wrapperShell, []string{"sh", "-c", holderScript, "bgjob-input"}, attr)
+	if err != nil {
+		unix.Close(life[1])
+		return nil, -1, err
+	}
+	k := &keeper{pid: pid, child: true, mine: true}
+	if pidfd >= 0 {
+		k.pidfd = os.NewFile(uintptr(pidfd), "pidfd")
+	}
+	return k, life[1], nil
+}
+
+// letGo kills the holder, for CloseInput, from any goroutine: through
+// its pidfd, which pins it, so a reused PID is never hit. Its reaping
+// is left to the job's end (stop or reap).
+func (k *keeper) letGo() error {
+	var err error
+	if k.pidfd != nil {
+		err = unix.PidfdSendSignal(int(k.pidfd.Fd()), unix.SIGKILL, nil, 0)
+	} else {
+		err = unix.Kill(k.pid, unix.SIGKILL)
+	}
+	if err == unix.ESRCH {
+		return nil // it has ended already: the job has
+	}
+	return err
+}
+
+// adoptInput opens again, after a restart, the input of an interactive
+// job that rec describes: the host's end of its FIFO in run, and its
+// holder. A FIFO with no reader left (the job closed its stdin) gives no
+// connection: the input is closed.
+func adoptInput(rec *record, run string) (inputConn, *keeper, error) {
+	h, err := adoptKeeper(rec.HolderPID, rec.HolderStart)
+	if err != nil {
+		return nil, nil, fmt.Errorf("input holder: %w", err)
+	}
+	wfd, err := unix.Open(filepath.Join(run, inputFile), unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err == unix.ENXIO || err == unix.ENOENT {
+		return nil, h, nil
+	}
+	if err != nil {
+		if h != nil {
+			h.reap(false)
+		}
+		return nil, nil, err
+	}
+	return &fileConn{File: os.NewFile(uintptr(wfd), inputFile)}, h, nil
 }

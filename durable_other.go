@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"sync/atomic"
+	"time"
 )
 
 // Durable mode needs pidfds and inotify, so for now it is Linux only.
@@ -22,7 +23,7 @@ type readLimits struct {
 	hold            *atomic.Int64
 }
 
-func bootID() string { return "" }
+func bootID() (string, error) { return "", ErrUnsupported }
 
 func wrapArgv(string, []string) []string { return nil }
 
@@ -39,10 +40,22 @@ func adoptProcess(*record, string, func() bool, readLimits, *cgroups, *fileWatch
 	return nil, nil, errGone
 }
 
+func adoptLeftovers(*record, string, func() bool, readLimits, *cgroups, *fileWatch) (*process, outputReader, error) {
+	return nil, nil, errGone
+}
+
 func reserveSpare(string, int64) {}
 
 func lockStateDir(string) (*os.File, error) { return nil, ErrUnsupported }
 
 func unlockStateDir(f *os.File) { f.Close() }
 
-func stopMarked(*record) int { return 0 }
+func adoptInput(*record, string) (inputConn, *keeper, error) { return nil, nil, ErrUnsupported }
+
+func makeFIFO(string) error { return ErrUnsupported }
+
+func stopLeftovers(*record, *cgroups) int { return 0 }
+
+func awaitKeeper(int, uint64, *time.Time) (bool, error) { return true, nil }
+
+func reapReleased() {}

@@ -109,6 +109,21 @@ func (st *store) matchesDelivered(j *job, seq uint64) {
 	st.writeLocked(rr)
 }
 
+// specWatches returns the watches of a queued job's record as
+// Spec.Watches; a pattern that no longer compiles is dropped and logged.
+func (st *store) specWatches(j *job, rec *record) []Watch {
+	var ws []Watch
+	for _, w := range rec.Watches {
+		re, err := regexp.Compile(string(w.Pattern))
+		if err != nil {
+			st.log.Warn("bgjob: a watch's pattern does not compile; the watch is dropped", "id", j.id, "watch", string(w.Name), "err", err)
+			continue
+		}
+		ws = append(ws, Watch{Name: string(w.Name), Pattern: re, Every: w.Every})
+	}
+	return ws
+}
+
 // restoreWatches gives a replayed job its watches back, from its record
 // rr (not shared yet). A running job that New adopts (ended false) gets
 // a watcher that the output file's reader feeds from Scanned on. An

@@ -1,6 +1,7 @@
 package bgjob_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -38,6 +39,9 @@ func winHelperShell() []string {
 //	spawn         start a grandchild that sleeps, print "grandchild PID", exit 0
 //	break         print "ready", wait for CTRL_BREAK, print "got break", exit 7
 //	args ARGS     each of ARGS as [ARG], as the helper got them
+//	alloc MIB     commit and touch MIB MiB, print "allocated MIB", exit 0
+//	children N    start N children that sleep, one after another, each
+//	              followed by "child I"; on a failure say why, exit 3
 func TestHelperProcess(t *testing.T) {
 	if os.Getenv(winHelperEnv) != "1" {
 		t.Skip("the child of the Windows tests, not a test")
@@ -100,9 +104,37 @@ func winHelper(args []string) int {
 	case "spawn":
 		grandchild()
 		return 0
+	case "prompt": // prompt: "name? ", a line from stdin, "hello, LINE"
+		fmt.Print("name? ")
+		line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+		fmt.Printf("hello, %s\n", strings.TrimRight(line, "\r\n"))
+		return 0
+	case "console": // console: whether stdout is a console, and its size; then cat
+		var info windows.ConsoleScreenBufferInfo
+		err := windows.GetConsoleScreenBufferInfo(windows.Stdout, &info)
+		fmt.Printf("console %v %dx%d\n", err == nil, info.Window.Right-info.Window.Left+1, info.Window.Bottom-info.Window.Top+1)
+		io.Copy(os.Stdout, os.Stdin)
+		return 0
 	case "args":
 		for _, a := range args[1:] {
 			fmt.Printf("[%s]", a)
+		}
+		return 0
+	case "alloc":
+		b := make([]byte, num(1)<<20)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		fmt.Printf("allocated %d\n", len(b)>>20)
+		return 0
+	case "children":
+		for i := range num(1) {
+			c := exec.Command(os.Args[0], "-test.run=TestHelperProcess", "--", "sleep", "600000")
+			if err := c.Start(); err != nil {
+				fmt.Fprintln(os.Stderr, "children:", err)
+				return 3
+			}
+			fmt.Printf("child %d\n", i+1)
 		}
 		return 0
 	case "break":

@@ -64,3 +64,24 @@ func Retained(r *Registry) int {
 	defer r.mu.Unlock()
 	return len(r.ret.h)
 }
+
+// HoldSlots takes n of the registry's running slots as if n jobs ran, so
+// that launches queue (Config.Queue); the function it returns frees them,
+// which starts the queued jobs as a job's end does.
+func HoldSlots(r *Registry, n int) (release func()) {
+	r.mu.Lock()
+	r.running += n
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		r.running -= n
+		next := r.nextLocked()
+		r.mu.Unlock()
+		r.startQueued(next)
+	}
+}
+
+// SetTreeAge sets how long a listing of a job's tree is served again (see
+// treeMaxAge); zero or negative lists the tree anew on every snapshot.
+// Call it before the first launch.
+func SetTreeAge(r *Registry, d time.Duration) { r.treeAge = d }

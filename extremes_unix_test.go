@@ -5,6 +5,7 @@ package bgjob_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -74,6 +75,31 @@ func TestIntegerExtremes(t *testing.T) {
 			if s = wait(t, r, s.ID); s.State != bgjob.Exited {
 				t.Errorf("%q: %v %q; want exited", spec.Command, s.State, s.Reason)
 			}
+		}
+	})
+
+	// Priorities at their extremes order the queue as any others do;
+	// Leftovers and MaxQueued outside their range are refused.
+	t.Run("queue", func(t *testing.T) {
+		r := newRegistry(t, bgjob.Config{MaxRunning: 1, Queue: true, MaxQueued: math.MaxInt})
+		b := blocker(t, r)
+		var ids []bgjob.ID
+		for _, p := range []int{0, math.MinInt, math.MaxInt, -1, 1} {
+			ids = append(ids, queued(t, r, fmt.Sprint(p), p).ID)
+		}
+		for i, want := range []int{3, 5, 1, 4, 2} {
+			if s, _ := r.Status(ids[i]); s.QueuePosition != want {
+				t.Errorf("launch %d: place %d; want %d", i, s.QueuePosition, want)
+			}
+		}
+		r.Cancel(b.ID)
+		for _, l := range []bgjob.Leftovers{-1, 2, math.MaxInt} {
+			if _, err := r.Start(ctxT(t), bgjob.Spec{Command: "true", Leftovers: l}); !errors.Is(err, bgjob.ErrInvalidSpec) {
+				t.Errorf("Leftovers %d: %v; want ErrInvalidSpec", l, err)
+			}
+		}
+		if _, err := bgjob.New(bgjob.Config{MaxQueued: math.MinInt}); !errors.Is(err, bgjob.ErrInvalidConfig) {
+			t.Errorf("MaxQueued MinInt: %v; want ErrInvalidConfig", err)
 		}
 	})
 

@@ -12,6 +12,9 @@ type outcome struct {
 	// end of its output for a breach of the limits in infer.
 	limit string
 	infer Limits
+	// sandboxed: the job ran in a sandbox, whose failure to set up
+	// finish tells from the start of the output (see sandboxFailure).
+	sandboxed bool
 }
 
 // finish ends j: it admits j's final output, records how the job ended
@@ -22,6 +25,14 @@ type outcome struct {
 func (r *Registry) finish(j *job, o outcome) {
 	if wt := j.ws.wt.Load(); wt != nil {
 		wt.end() // the last line, before a WaitFor caller sees the end
+	}
+	// The input closes (Write fails from now on), and the screen keeps
+	// what it has not been fed, before the raw output goes.
+	if j.in != nil {
+		j.in.end()
+	}
+	if j.scr != nil {
+		j.scr.atEnd(j)
 	}
 	j.mu.Lock()
 	v := j.out.view()
@@ -34,6 +45,13 @@ func (r *Registry) finish(j *job, o outcome) {
 		fin = r.admitFinal(j, v, o.notice)
 	}
 	now := r.now()
+	if o.sandboxed && o.state == Exited {
+		if line, ok := sandboxFailure(o.exitCode, v.head); ok {
+			// The command never ran: the sandbox could not be made.
+			o.state, o.exitCode, o.reason = Failed, exitUnknown, "sandbox: "+line
+			o.infer = Limits{}
+		}
+	}
 	if o.limit == "" && !o.infer.IsZero() {
 		o.limit = inferLimit(o.infer, v.last(inferTail))
 	}
@@ -57,8 +75,11 @@ func (r *Registry) finish(j *job, o outcome) {
 	j.finGen++
 	j.wakeReadersLocked() // the output is final: Done from now on
 	j.mu.Unlock()
-	r.running--
-	j.retEnd, j.retBytes = now, int64(len(fin.out.Text))
+	if j.admitted {
+		r.running-- // a job that never left the queue held no slot
+		j.admitted = false
+	}
+	j.retEnd, j.retBytes = now, fin.size()
 	pollable := j.pollable
 	c := Completion{ID: j.id, Session: j.spec.Session, Command: j.spec.Command, State: o.state, ExitCode: o.exitCode, Ended: now}
 	if pollable {
@@ -70,7 +91,11 @@ func (r *Registry) finish(j *job, o outcome) {
 	}
 	j.finished = true
 	r.evictLocked(j.retEnd)
+	// The slot this job held goes to the next queued job: the end of a
+	// job is the event that starts it.
+	next := r.nextLocked()
 	r.mu.Unlock()
+	r.startQueued(next)
 	close(j.over)
 	record(o, now, pollable)
 	r.jn.purge()

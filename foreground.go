@@ -9,8 +9,13 @@ import (
 // waits for it inline, woken by the job's end. If the job ends within
 // fg.SoftCap, RunForeground returns its final snapshot. At the soft cap,
 // or as soon as ctx is done, it returns the running job's snapshot with
-// Detached set: the job goes on, can be polled, waited on or cancelled by
-// its ID, and its end queues a Completion.
+// Detached set, its processes and ports listed as by Status: the job
+// goes on, can be polled, waited on or cancelled by its ID, and its end
+// queues a Completion.
+//
+// With Config.Queue, a launch that finds every slot taken waits in the
+// queue, and that time counts against the soft cap: a call whose job is
+// still queued at the cap returns it Detached and Queued.
 //
 // A job that only RunForeground callers held and that ended inline is
 // forgotten once the last of them has its result: it cannot be polled
@@ -162,9 +167,11 @@ func (r *Registry) collect(j *job, joined bool) Result {
 // final result instead.
 func (r *Registry) background(j *job, joined bool) Result {
 	r.mu.Lock()
-	if j.finished {
+	if j.finished || j.leaving {
+		// Its hooks are running, or a Cancel or Close took it out of
+		// the queue: the result is moments away.
 		r.mu.Unlock()
-		<-r.ended(j) // its hooks are running: the result is moments away
+		<-r.ended(j)
 		return r.collect(j, joined)
 	}
 	j.pollable = true
@@ -174,8 +181,15 @@ func (r *Registry) background(j *job, joined bool) Result {
 	j.mu.Lock()
 	s, v := j.snapshotLocked()
 	j.mu.Unlock()
+	s.QueuePosition = r.waiting.place(j)
 	r.mu.Unlock()
 	s = r.withOutput(j, s, v)
+	if s.State == Running {
+		// A job that goes on in the background is one whose processes
+		// (a dev server) and ports the caller wants to know now.
+		s.Usage, _ = j.liveUsage()
+		s.Processes, s.Ports = r.treeOf(j, s.Output.Total)
+	}
 	s.Joined = joined
 	return Result{Snapshot: s, Detached: true}
 }

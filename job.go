@@ -60,9 +60,10 @@ type Spec struct {
 	// '=' nor NUL; values must not hold NUL.
 	Env map[string]string
 
-	// Stdin is written to the job's standard input, which is then closed.
-	// If Stdin is empty the job reads an empty input; it never reads the
-	// host's standard input.
+	// Stdin is written to the job's standard input, which is then closed
+	// (for an Interactive job, it is written first and the input stays
+	// open). If Stdin is empty the job reads an empty input; it never
+	// reads the host's standard input.
 	Stdin string
 
 	// Timeout limits the job's wall-clock time from its start. If Timeout
@@ -97,6 +98,137 @@ type Spec struct {
 	// with different watches (names, patterns or Every, in order) are
 	// different jobs: they never coalesce.
 	Watches []Watch
+
+	// Sandbox, if set, says what the job may write, read and reach (see
+	// [Sandbox]); if nil, Config.Sandbox applies. A launch whose sandbox
+	// this host cannot enforce fails before any process starts, with
+	// ErrUnsupported; a bad path fails with ErrInvalidSpec naming it.
+	Sandbox *Sandbox
+
+	// Interactive keeps the job's standard input open after Stdin: the
+	// host writes to it with [Registry.Write] and ends it with
+	// [Registry.CloseInput] (the job then reads EOF). The input also
+	// closes when the job ends. An interactive launch never joins a
+	// running job, nor is joined: each launch is a conversation of its
+	// own (as if Unique were set).
+	Interactive bool
+
+	// TTY, if not nil, runs the job under a pseudo-terminal of this size
+	// (see [TTY]), and implies Interactive: the job's stdin, stdout and
+	// stderr are the terminal, which is its controlling terminal, so
+	// programs behave as they do for a person at a terminal (prompts,
+	// colours, line editing, full-screen programs). The terminal's line
+	// discipline is in the way of what is written and read: Write("\x03")
+	// interrupts the job's foreground process group as Ctrl-C does, what
+	// is written is echoed, and "\n" comes out as "\r\n". The job
+	// stays in its own session and containment. Output.Text of a TTY
+	// job is its stream with terminal escape sequences removed, Read
+	// still serves the raw stream, and [Registry.Screen] renders the
+	// screen. A TTY job gets TERM=xterm-256color unless Env sets TERM.
+	//
+	// On Windows the terminal is a pseudo console (ConPTY). In durable
+	// mode, and on Unix systems other than Linux, a TTY launch fails
+	// with ErrUnsupported before any process starts: the terminal lives
+	// in the host, and would not survive its restart.
+	TTY *TTY
+
+	// Leftovers says what happens to the job's processes that are still
+	// alive when its shell exits (see [Leftovers]). The zero value,
+	// LeftoversStop, stops them; LeftoversWait keeps the job Running
+	// until the last of them has ended, as for a dev server started in
+	// the background ("npm run dev &"). Launches that differ in Leftovers
+	// are different jobs: they never coalesce.
+	Leftovers Leftovers
+
+	// Priority orders the launches waiting in the queue (Config.Queue):
+	// a higher Priority starts first, and launches of equal Priority
+	// start in the order they came. It is not part of the job's
+	// identity: an identical launch of another Priority joins the job,
+	// which keeps the Priority it was launched with. Without a queue it
+	// has no effect.
+	Priority int
+}
+
+// TTY is the size of a job's terminal (see Spec.TTY). A zero Rows is 24,
+// a zero Cols 80.
+type TTY struct {
+	Rows, Cols uint16
+}
+
+// Screen is what a TTY job's terminal shows, as [Registry.Screen]
+// renders it.
+type Screen struct {
+	// Rows holds the visible screen, one string per row, top first,
+	// without trailing blanks. Its length is the terminal's height,
+	// unless the Admitter changed the number of lines.
+	Rows []string `json:"rows"`
+
+	// CursorRow and CursorCol are the cursor's position, counted from
+	// 0 at the top left.
+	CursorRow int `json:"cursor_row"`
+	CursorCol int `json:"cursor_col"`
+
+	// Withheld reports that the Admitter withheld the screen's text;
+	// Rows is then nil.
+	Withheld bool `json:"withheld,omitempty"`
+
+	// Notice is a content-free remark: the Admitter's, or that the
+	// screen was rebuilt from the latest output only (see
+	// Registry.Screen).
+	Notice string `json:"notice,omitempty"`
+}
+
+// Leftovers says what happens to a job's processes that outlive its
+// shell. See Spec.Leftovers.
+type Leftovers int
+
+const (
+	// LeftoversStop stops what outlives the shell: when the shell
+	// exits, the processes left in the job's tree get SIGTERM, then
+	// after Config.KillGrace SIGKILL, and Output.Notice counts them.
+	// The job ends with the shell's exit code.
+	LeftoversStop Leftovers = iota
+	// LeftoversWait keeps the job Running after its shell has exited,
+	// as long as a process of its tree is alive: its output is still
+	// read, its timeouts still apply, Cancel and Close still stop the
+	// whole tree. The job ends when its last process has ended, with
+	// the shell's exit code. A zombie does not count.
+	LeftoversWait
+)
+
+var leftoverNames = [...]string{"stop", "wait"}
+
+// String returns "stop" or "wait".
+func (l Leftovers) String() string {
+	if l >= 0 && int(l) < len(leftoverNames) {
+		return leftoverNames[l]
+	}
+	return "unknown"
+}
+
+// MarshalText returns the name String gives, so that a Leftovers is a
+// string in JSON. A value outside the two is an error.
+func (l Leftovers) MarshalText() ([]byte, error) {
+	return marshalName("leftovers", int(l), leftoverNames[:])
+}
+
+// UnmarshalText sets l to the value that text names, as String gives
+// it.
+func (l *Leftovers) UnmarshalText(text []byte) error {
+	return unmarshalName("leftovers", text, leftoverNames[:], (*int)(l))
+}
+
+// Process is a live process of a running job's tree, in
+// Snapshot.Processes.
+type Process struct {
+	PID  int `json:"pid"`
+	PPID int `json:"ppid"` // its parent's PID (0 if its parent is in another PID namespace)
+	// Command is the process's command line, its arguments joined by
+	// spaces, as the Admitter admitted it: a secret on a command line
+	// passes the same policy as one in the output. Empty when the
+	// Admitter withheld the command lines, or when it cannot be read
+	// (another user's process).
+	Command string `json:"command"`
 }
 
 // State is the lifecycle state of a job. A job is Running until it reaches
@@ -115,11 +247,16 @@ const (
 	// Failed: the job could not be run, for example because the shell
 	// could not be started; Reason says why.
 	Failed
+	// Queued: the launch waits for a free slot (Config.Queue) and has
+	// no process yet; Snapshot.QueuePosition tells its place. It leaves
+	// the queue Running, or Cancelled if it is cancelled first.
+	Queued
 )
 
-var stateNames = [...]string{"running", "exited", "cancelled", "timed_out", "failed"}
+var stateNames = [...]string{"running", "exited", "cancelled", "timed_out", "failed", "queued"}
 
-// String returns "running", "exited", "cancelled", "timed_out" or "failed".
+// String returns "running", "exited", "cancelled", "timed_out", "failed"
+// or "queued".
 func (s State) String() string {
 	if s >= 0 && int(s) < len(stateNames) {
 		return stateNames[s]
@@ -128,7 +265,7 @@ func (s State) String() string {
 }
 
 // MarshalText returns the state's name, as String does, so that a State
-// is a string in JSON. A value outside the five states is an error.
+// is a string in JSON. A value outside the six states is an error.
 func (s State) MarshalText() ([]byte, error) {
 	return marshalName("state", int(s), stateNames[:])
 }
@@ -158,8 +295,8 @@ func unmarshalName(what string, text []byte, names []string, v *int) error {
 	return fmt.Errorf("bgjob: unmarshal %s %q: want one of %s", what, text, strings.Join(names, ", "))
 }
 
-// Done reports whether s is a terminal state.
-func (s State) Done() bool { return s != Running }
+// Done reports whether s is a terminal state: not Running, not Queued.
+func (s State) Done() bool { return s != Running && s != Queued }
 
 // Exit codes that bgjob reports in place of the command's own status.
 const (
@@ -185,15 +322,18 @@ type Snapshot struct {
 
 	// ExitCode is, for Exited, the command's status (128+n if the
 	// shell was killed by signal n); 124 for TimedOut; 130 for
-	// Cancelled; -1 while running and for Failed.
+	// Cancelled; -1 while running or queued and for Failed.
 	ExitCode int `json:"exit_code"`
 
 	// PID is the shell's process ID; 0 if it never started, and on a
 	// joiner's snapshot taken while the first launch is still spawning
 	// the process (Status has it a moment later).
-	PID     int       `json:"pid"`
-	Started time.Time `json:"started"`        // when the job was launched
-	Ended   time.Time `json:"ended,omitzero"` // zero while running
+	PID int `json:"pid"`
+	// Started is when the job was launched; for a job that waited in
+	// the queue, when it left the queue to run (while Queued, when it
+	// was queued). Its Timeout counts from there.
+	Started time.Time `json:"started"`
+	Ended   time.Time `json:"ended,omitzero"` // zero while running or queued
 
 	// Joined is set on the Snapshot returned by Start or RunForeground
 	// when the call joined a job that was already running instead of
@@ -218,11 +358,26 @@ type Snapshot struct {
 	// where its cgroup (Linux) or Job Object (Windows) tells it, else
 	// zero.
 	Usage Usage `json:"usage,omitzero"`
+
+	// QueuePosition is a Queued job's place in the queue: 1 for the
+	// next to start. It is 0 for a job that is not queued.
+	QueuePosition int `json:"queue_position,omitempty"`
+
+	// Processes lists the live processes of a running job's tree, by
+	// PID, and Ports the TCP ports they listen on (sorted, each once),
+	// on Linux (see [Registry.Status] for how fresh they are and what
+	// they cost). Status, List, Wait and a RunForeground result that
+	// detaches fill them in; they are nil for a job that is not
+	// running, in the snapshot that Start returns, and on other
+	// systems.
+	Processes []Process `json:"processes,omitempty"`
+	Ports     []int     `json:"ports,omitempty"`
 }
 
 // Err returns an error wrapping [ErrSpawn] if the job never ran: it is
 // Failed and its process was never started (its shell or program could
-// not be spawned, or its record written; Reason says why). It returns
+// not be spawned, or its record written), or its sandbox could not be
+// made, so its command never started; Reason says why. It returns
 // nil for every other job, running or ended: a command that exited
 // with a non-zero status, timed out or was cancelled did run, and its
 // State and ExitCode tell how it ended.
@@ -235,7 +390,7 @@ type Snapshot struct {
 //		err = s.Err()
 //	}
 func (s Snapshot) Err() error {
-	if s.State != Failed || (s.PID != 0 && !strings.HasPrefix(s.Reason, "spawn:") && !strings.HasPrefix(s.Reason, "state:")) {
+	if s.State != Failed || (s.PID != 0 && !strings.HasPrefix(s.Reason, "spawn:") && !strings.HasPrefix(s.Reason, "state:") && !strings.HasPrefix(s.Reason, "sandbox:")) {
 		return nil
 	}
 	return fmt.Errorf("bgjob: %s: %s: %w", s.ID, s.Reason, ErrSpawn)
@@ -307,8 +462,8 @@ type Foreground struct {
 
 	// OnProgress, if not nil, is called about every Interval while
 	// RunForeground waits, with a snapshot of the running job (its
-	// output admitted, as Status gives it); the job's age is
-	// time.Since(s.Started). It is called in the caller's goroutine,
+	// output admitted, as Status gives it; Queued, with its place, while
+	// it waits in the queue); the job's age is time.Since(s.Started). It is called in the caller's goroutine,
 	// never before the first interval has passed, never once the job
 	// has ended and never after RunForeground returns. If it panics,
 	// the panic reaches the caller and the job goes on, detached.

@@ -10,7 +10,8 @@ import (
 // step of every job's life, whatever the mode, and holds no other trace
 // of durable mode; memJournal, for memory mode, does nothing.
 //
-// The registry calls launching, wrap, started and ending in that order,
+// The registry calls launching, wrap, started, stopping (if the job is
+// stopped) and ending in that order,
 // for each job from its own launch or supervisor, outside Registry.mu;
 // delivered and purge from any goroutine, outside Registry.mu;
 // forgottenLocked with Registry.mu held. None calls a hook.
@@ -32,8 +33,21 @@ type journal interface {
 	// the output to the run's file.
 	wrap(j *job, pl *plan) error
 
+	// queueing begins the record of j, a new run, as queued, before the
+	// launch decides (under Registry.mu) whether j waits in the queue;
+	// the launch calls the function it returns with that decision once
+	// it has let go of Registry.mu. Until then launching and ending of
+	// j wait, so that a record of j as queued is never written after
+	// its start or its end.
+	queueing(j *job) func(queued bool)
+
 	// started records j's process: its PID and what contains it.
 	started(j *job, p *process)
+
+	// stopping records why j's supervisor is about to stop it (a
+	// Cancel, a timeout, Close), before its first signal, so that the
+	// end is known even if the host dies before it.
+	stopping(j *job, o outcome)
 
 	// ending begins the record of j's end; the registry calls the
 	// function it returns once the end is in its table. Between the
@@ -65,6 +79,10 @@ type journal interface {
 	// seq were delivered (by Matches, or to OnMatch), so that they
 	// never are again.
 	matchesDelivered(j *job, seq uint64)
+
+	// inputClosed records that CloseInput closed j's input, so that a
+	// later Registry that adopts the job knows.
+	inputClosed(j *job)
 
 	// forgottenLocked notes that the registry forgot j (evicted, replaced
 	// by a new run, or collected by its last foreground caller); the
@@ -105,7 +123,10 @@ func (memJournal) restore(*Registry) ([]adoption, error) { return nil, nil }
 func (memJournal) launching(*job) error                  { return nil }
 func (memJournal) wrap(*job, *plan) error                { return nil }
 func (memJournal) started(*job, *process)                {}
+func (memJournal) queueing(*job) func(bool)              { return endQueueing }
+func (memJournal) stopping(*job, outcome)                {}
 func (memJournal) delivered(*job)                        {}
+func (memJournal) inputClosed(*job)                      {}
 func (memJournal) forgottenLocked(*job)                  {}
 func (memJournal) purge()                                {}
 func (memJournal) close()                                {}
@@ -121,6 +142,8 @@ func (memJournal) ending(*job) func(outcome, time.Time, bool) { return endNothin
 
 func endNothing(outcome, time.Time, bool) {}
 
+func endQueueing(bool) {}
+
 func (memJournal) releasable() error {
 	return fmt.Errorf("durable mode (Config.StateDir) is off: %w", ErrUnsupported)
 }
@@ -132,4 +155,5 @@ type adoption struct {
 	p       *process
 	rd      outputReader
 	lastOut time.Time // when the job last wrote output, as far as the journal knows
+	stop    *outcome  // a stop its last host began: the supervisor goes on with it
 }

@@ -44,6 +44,15 @@ func TestJSONRoundTrip(t *testing.T) {
 			`{"data":"b\n","offset":10,"next_offset":12,"skipped":3,"done":true}`},
 		{"completion", bgjob.Completion{ID: "job_2", Session: "s", Command: "exit 3", State: bgjob.Exited, ExitCode: 3, Ended: ended},
 			`{"job_id":"job_2","session":"s","command":"exit 3","state":"exited","exit_code":3,"ended":"2026-11-29T10:00:01.623456789Z"}`},
+		{"queued-snapshot", bgjob.Snapshot{ID: "job_4", State: bgjob.Queued, ExitCode: -1, Started: started, QueuePosition: 3},
+			`{"job_id":"job_4","session":"","command":"","cwd":"","state":"queued","exit_code":-1,"pid":0,` +
+				`"started":"2026-11-29T10:00:00.123456789Z","output":{"text":"","total_bytes":0,"omitted_bytes":0},"containment":"session","queue_position":3}`},
+		{"dev-server-snapshot", bgjob.Snapshot{ID: "job_5", State: bgjob.Running, ExitCode: -1, PID: 10, Started: started,
+			Processes: []bgjob.Process{{PID: 11, PPID: 1, Command: "node server.js"}}, Ports: []int{3000}},
+			`{"job_id":"job_5","session":"","command":"","cwd":"","state":"running","exit_code":-1,"pid":10,` +
+				`"started":"2026-11-29T10:00:00.123456789Z","output":{"text":"","total_bytes":0,"omitted_bytes":0},"containment":"session",` +
+				`"processes":[{"pid":11,"ppid":1,"command":"node server.js"}],"ports":[3000]}`},
+		{"spec-leftovers", struct{ L bgjob.Leftovers }{bgjob.LeftoversWait}, `{"L":"wait"}`},
 		{"result", bgjob.Result{Snapshot: bgjob.Snapshot{ID: "job_3", State: bgjob.Running, Started: started}, Detached: true},
 			`{"job_id":"job_3","session":"","command":"","cwd":"","state":"running","exit_code":0,"pid":0,` +
 				`"started":"2026-11-29T10:00:00.123456789Z","output":{"text":"","total_bytes":0,"omitted_bytes":0},"containment":"session","detached":true}`},
@@ -67,16 +76,20 @@ func TestJSONRoundTrip(t *testing.T) {
 	}
 }
 
-// State, Category and Containment marshal as their String names, and
-// unmarshal from nothing else.
+// State, Category, Containment and Leftovers marshal as their String
+// names, and unmarshal from nothing else. The states keep their numbers:
+// Queued came last.
 func TestEnumsAsText(t *testing.T) {
 	type pair struct {
 		v    interface{ MarshalText() ([]byte, error) }
 		name string
 	}
 	var cases []pair
-	for _, s := range []bgjob.State{bgjob.Running, bgjob.Exited, bgjob.Cancelled, bgjob.TimedOut, bgjob.Failed} {
+	for _, s := range []bgjob.State{bgjob.Running, bgjob.Exited, bgjob.Cancelled, bgjob.TimedOut, bgjob.Failed, bgjob.Queued} {
 		cases = append(cases, pair{s, s.String()})
+	}
+	for _, l := range []bgjob.Leftovers{bgjob.LeftoversStop, bgjob.LeftoversWait} {
+		cases = append(cases, pair{l, l.String()})
 	}
 	for _, c := range []bgjob.Category{bgjob.CategoryNone, bgjob.CategoryCommand, bgjob.CategoryTimeout, bgjob.CategoryCancelled, bgjob.CategorySpawn} {
 		cases = append(cases, pair{c, c.String()})
@@ -93,6 +106,16 @@ func TestEnumsAsText(t *testing.T) {
 		u := back.Interface().(interface{ UnmarshalText([]byte) error })
 		if err := u.UnmarshalText(b); err != nil || back.Elem().Interface() != tc.v {
 			t.Errorf("%T %q: UnmarshalText gave %v, %v", tc.v, b, back.Elem().Interface(), err)
+		}
+	}
+	for i, want := range []string{"running", "exited", "cancelled", "timed_out", "failed", "queued"} {
+		if got := bgjob.State(i).String(); got != want {
+			t.Errorf("State(%d) = %q; want %q", i, got, want)
+		}
+	}
+	for _, s := range []bgjob.State{bgjob.Running, bgjob.Queued} {
+		if s.Done() {
+			t.Errorf("%v.Done() = true; want false", s)
 		}
 	}
 	var s bgjob.State

@@ -2,6 +2,7 @@ package bgjob
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -43,7 +44,7 @@ type plan struct {
 	env  []string
 
 	// The job's input and output.
-	stdin  string     // written to the job's standard input, then EOF
+	input  inputPlan  // what it reads: Spec.Stdin, then EOF or the host's writes
 	output outputPlan // where its stdout and stderr go
 
 	// Its containment: on Linux a cgroup of its own (cg, made in cgs's
@@ -53,6 +54,16 @@ type plan struct {
 	cg     *jobCgroup
 	cgs    *cgroups
 	marker string
+	// Without a cgroup on Linux, set by the spawn just before the fork:
+	// a start time (clock ticks after boot) no process of the job can
+	// be older than, and a count of the tasks the system had created by
+	// then (0: unknown), for the leftover search (see newPIDsAbove).
+	since, forks uint64
+
+	// scratch is a directory made for the job (the sandbox's private
+	// temp dir on macOS), removed with the process, or by whoever gives
+	// up the plan.
+	scratch string
 
 	// The job's limits that are still to be enforced: all of them at
 	// first; the containment step takes out those its cgroup enforces,
@@ -107,37 +118,61 @@ func (r *Registry) launch(ctx context.Context, op string, spec Spec, fg bool) (*
 	r.mu.Unlock()
 	j := r.newJob(spec, id, timeout)
 
+	// With a queue, the journal's record of a queued job must be written
+	// before anyone can take the job out of the queue: it holds the
+	// record from before the decision until it is written.
+	queuedRec := endQueueing
+	if r.cfg.Queue {
+		queuedRec = r.jn.queueing(j)
+	}
+	queued := false
+
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
+		queuedRec(false)
 		return nil, false, nil, fmt.Errorf("bgjob: %s: %w", op, ErrClosed)
 	}
 	// An identical launch may have come while the job was built.
 	if old := r.jobs[id]; old != nil && r.joinLocked(old, fg) {
 		r.mu.Unlock()
+		queuedRec(false)
 		return old, true, nil, nil
 	}
+	r.seq++
+	j.gen = r.seq // also its place among equals in the queue
 	if r.running >= r.cfg.MaxRunning {
-		r.mu.Unlock()
-		return nil, false, nil, fmt.Errorf("bgjob: %s: Config.MaxRunning %d: %w", op, r.cfg.MaxRunning, ErrTooManyRunning)
+		if queued = r.admitQueuedLocked(j); !queued {
+			r.mu.Unlock()
+			queuedRec(false)
+			if r.cfg.Queue {
+				return nil, false, nil, r.queueFull(op)
+			}
+			return nil, false, nil, fmt.Errorf("bgjob: %s: Config.MaxRunning %d: %w", op, r.cfg.MaxRunning, ErrTooManyRunning)
+		}
+	} else {
+		r.running++
+		j.admitted = true
 	}
 	if old := r.jobs[j.id]; old != nil {
 		r.forgetLocked(old) // a finished run: the new one replaces it
 	}
-	r.seq++
-	j.gen = r.seq
 	j.pollable = !fg
 	if fg {
 		j.holders = 1
 	}
 	r.jobs[j.id] = j
-	r.running++
-	r.wg.Add(1) // the launch; the supervisor inherits it
+	r.wg.Add(1) // the launch; the supervisor inherits it (a queued job's, runQueued)
 	j.counted.Store(true)
 	r.evictLocked(r.now())
 	r.mu.Unlock()
+	queuedRec(queued)
 
 	r.jn.purge()
+	if queued {
+		// A slot's end starts it (runQueued); the caller gets it Queued.
+		return j, false, nil, nil
+	}
 	settled := false
 	if fg {
 		// A hook that panics during the launch (JobStarted, or the
@@ -238,11 +273,34 @@ func (r *Registry) prepare(spec Spec) (Spec, ID, time.Duration, error) {
 	if spec.IdleTimeout < 0 {
 		return Spec{}, "", 0, specError("IdleTimeout", "negative (%v)", spec.IdleTimeout)
 	}
+	if spec.Leftovers != LeftoversStop && spec.Leftovers != LeftoversWait {
+		return Spec{}, "", 0, specError("Leftovers", "%d is neither LeftoversStop nor LeftoversWait", int(spec.Leftovers))
+	}
 	if field, why := spec.Limits.check(); field != "" {
 		return Spec{}, "", 0, specError(field, "%s", why)
 	}
 	if p := r.cg.enforceable(spec.Limits.over(r.cfg.Limits)); p != nil {
 		return Spec{}, "", 0, p.err("Spec", ErrInvalidSpec)
+	}
+	sb, err := r.sandboxOf(&spec)
+	if err != nil {
+		return Spec{}, "", 0, err
+	}
+	if sb != nil {
+		if err := r.sandbox.ready(r.cfg.Bwrap); err != nil {
+			return Spec{}, "", 0, fmt.Errorf("Spec.Sandbox: %w", err)
+		}
+	}
+	spec.Sandbox = sb
+	if spec.TTY != nil {
+		if err := r.ttyCheck(); err != nil {
+			return Spec{}, "", 0, fmt.Errorf("Spec.TTY: %w", err)
+		}
+		t := *spec.TTY
+		spec.TTY, spec.Interactive = &t, true
+	}
+	if spec.Interactive {
+		spec.Unique = true // each launch is a conversation of its own
 	}
 	if err := checkWatches(spec.Watches); err != nil {
 		return Spec{}, "", 0, err
@@ -264,15 +322,29 @@ func (r *Registry) newJob(spec Spec, id ID, timeout time.Duration) *job {
 		spec.Command = quoteArgs(spec.Args)
 	}
 	env := r.cfg.Env // never written to: jobs without Spec.Env share it
-	if len(spec.Env) > 0 {
-		extra := make([]string, 0, len(spec.Env))
+	_, term := spec.Env["TERM"]
+	if len(spec.Env) > 0 || spec.TTY != nil && !term {
+		extra := make([]string, 0, len(spec.Env)+1)
+		if spec.TTY != nil && !term {
+			extra = append(extra, "TERM="+ttyTerm)
+		}
 		for k, v := range spec.Env {
 			extra = append(extra, k+"="+v)
 		}
 		slices.Sort(extra)
 		env = mergeEnv(r.cfg.Env, extra)
 	}
+	var in *input
+	var scr *screen
+	if spec.Interactive {
+		in = newInput(spec.TTY != nil)
+	}
+	if spec.TTY != nil {
+		scr = newScreen(spec.TTY)
+	}
 	j := &job{
+		in:       in,
+		scr:      scr,
 		id:       id,
 		spec:     spec,
 		timeout:  timeout,
@@ -281,6 +353,7 @@ func (r *Registry) newJob(spec Spec, id ID, timeout time.Duration) *job {
 		started:  r.now(),
 		over:     make(chan struct{}),
 		done:     make(chan struct{}),
+		released: make(chan struct{}),
 		wake:     make(chan struct{}, 1),
 		heapIdx:  -1,
 		state:    Running,
@@ -289,6 +362,20 @@ func (r *Registry) newJob(spec Spec, id ID, timeout time.Duration) *job {
 	}
 	r.startWatches(j)
 	return j
+}
+
+// ttyTerm is the TERM of a TTY job: what the screen's emulator
+// understands.
+const ttyTerm = "xterm-256color"
+
+// ttyCheck refuses Spec.TTY where there is no terminal for it: on a
+// system without PTY support here, and in durable mode, where a job
+// must outlive its host and its terminal could not.
+func (r *Registry) ttyCheck() error {
+	if r.cfg.StateDir != "" {
+		return fmt.Errorf("a terminal lives in the host and would not survive its restart, so durable mode (Config.StateDir) has none: %w", ErrUnsupported)
+	}
+	return ttySupported()
 }
 
 // specError is the error for a bad Spec field.
@@ -391,8 +478,14 @@ func (r *Registry) spawn(j *job) *supervisor {
 	}
 	p, rd, err := r.start(&pl)
 	if err != nil {
-		r.cg.giveBack(&pl)
+		r.giveBack(&pl)
 		return end(outcome{state: Failed, exitCode: exitUnknown, reason: "spawn: " + err.Error()})
+	}
+	if j.in != nil {
+		// Write, CloseInput and Resize reach the job from now on; a
+		// long Spec.Stdin goes first.
+		j.in.attach(pl.input.conn, pl.input.onEOF)
+		j.in.prime(r, j.spec.Stdin)
 	}
 	r.jn.started(j, p)
 	j.watchUsage(p)
@@ -430,16 +523,58 @@ func (r *Registry) plan(j *job) (plan, error) {
 		argv = make([]string, 0, len(r.cfg.Shell)+1)
 		argv = append(append(append(argv, shell), r.cfg.Shell[1:]...), j.spec.Command)
 	}
-	pl := plan{argv: argv, args: len(j.spec.Args) > 0, dir: j.spec.Dir, env: j.env, stdin: j.spec.Stdin, cgs: r.cg, limits: j.limits}
+	pl := plan{argv: argv, args: len(j.spec.Args) > 0, dir: j.spec.Dir, env: j.env, cgs: r.cg, limits: j.limits,
+		input: inputPlan{data: j.spec.Stdin, interactive: j.spec.Interactive, tty: j.spec.TTY}}
 	if err := r.cg.place(j, &pl); err != nil {
 		return plan{}, err
 	}
 	limitArgv(&pl, r.defaultShell)
+	if err := r.wrap(j, &pl); err != nil {
+		r.giveBack(&pl)
+		return plan{}, err
+	}
 	if err := r.jn.wrap(j, &pl); err != nil {
-		r.cg.giveBack(&pl)
+		r.giveBack(&pl)
 		return plan{}, err
 	}
 	return pl, nil
+}
+
+// wrap puts the job's command line into its sandbox, then hands it to
+// Config.Launcher: the Launcher gets the whole command line, the
+// sandbox's wrapper included.
+func (r *Registry) wrap(j *job, pl *plan) error {
+	if sb := j.spec.Sandbox; sb != nil {
+		if err := r.sandbox.wrap(pl, sb); err != nil {
+			return err
+		}
+	}
+	if l := r.cfg.Launcher; l != nil {
+		argv, err := l(slices.Clone(pl.argv))
+		switch {
+		case err != nil:
+			return fmt.Errorf("launcher: %w", err)
+		case len(argv) == 0 || argv[0] == "":
+			return errors.New("launcher: returned no program")
+		}
+		for i, a := range argv {
+			if hasNUL(a) {
+				return fmt.Errorf("launcher: argument %d holds a NUL byte", i)
+			}
+		}
+		pl.argv = argv
+	}
+	return nil
+}
+
+// giveBack undoes what a plan that is not carried out holds: its cgroup,
+// its scratch directory.
+func (r *Registry) giveBack(pl *plan) {
+	r.cg.giveBack(pl)
+	if pl.scratch != "" {
+		os.RemoveAll(pl.scratch)
+		pl.scratch = ""
+	}
 }
 
 // closedChan stands for a waiter that is not there.

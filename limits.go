@@ -29,22 +29,34 @@ import (
 //     blocks, rounded up), OpenFiles each process's descriptors
 //     (RLIMIT_NOFILE). Processes and CPU have no such form: a launch that
 //     sets them where no controller is offered fails with ErrUnsupported.
-//   - Windows: the job's Job Object (its memory, active processes, CPU
-//     rate, and each process's user time); FileSize and OpenFiles have no
-//     Job Object form and fail with ErrUnsupported.
+//   - Windows: the job's Job Object, set before the shell runs. Memory
+//     is the memory all the job's processes commit together (rounded up
+//     to whole pages), Processes the job's processes alive at once (the
+//     shell among them; on a host without a console, Windows may count
+//     the console host it starts for the job too), CPU a hard cap of the
+//     job's share of all the system's processors, CPUTime the user time
+//     of each process (to 100 ns). FileSize and OpenFiles have no Job
+//     Object form and fail with ErrUnsupported; so does a limit this
+//     system's Job Objects do not keep (checked once, on a Job Object
+//     that holds no process): Wine, for one, takes every limit and
+//     enforces none.
 //
 // A job that a limit stopped ends with Category CategoryLimit and a Reason
 // that names the limit, such as "memory limit 512 MiB reached". The kernel
 // says so for a cgroup's memory (an OOM kill) and processes (a refused
-// fork), for CPU time (SIGXCPU) and file size (SIGXFSZ), and a Job
-// Object's limits. A process over its address space or descriptors is not
-// killed: its allocation or open fails, and most programs then exit with
-// the system's message; a job that fails with such a message in the end
-// of its output ("Cannot allocate memory", "out of memory", "Too many
-// open files") while that limit was set is reported as stopped by it.
+// fork), for CPU time (SIGXCPU) and file size (SIGXFSZ), and Windows for
+// a Job Object's limits (its messages that a process was killed at its
+// CPU time, or a process or an allocation was refused; Windows does not
+// promise to deliver every one, and a job whose message is lost counts as
+// a plain failure). A process over its address space, its descriptors or
+// a Job Object's memory is not killed: its allocation or open fails, and
+// most programs then exit with the system's message; a job that fails
+// with such a message in the end of its output ("Cannot allocate memory",
+// "out of memory", "Too many open files") while that limit was set is
+// reported as stopped by it.
 type Limits struct {
-	// Memory is in bytes: the whole tree with a cgroup, else each
-	// process's address space.
+	// Memory is in bytes: the whole tree with a cgroup or on Windows,
+	// else each process's address space.
 	Memory int64 `json:"memory_bytes,omitempty"`
 	// Processes is the number of live processes of the tree at once.
 	Processes int `json:"processes,omitempty"`
@@ -70,7 +82,9 @@ type Limits struct {
 // single one of them, but only when it exceeds the host's own peak: the
 // kernel counts the host's resident set as that of a shell the host
 // spawned, so below it the job's peak cannot be told, and PeakMemory is
-// 0. On Windows they come from the Job Object.
+// 0. On Windows they come from the Job Object and cover every process of
+// the tree: their user and kernel time, and, as PeakMemory, the peak of
+// the memory they committed together (not a resident set).
 type Usage struct {
 	UserCPU    time.Duration `json:"user_cpu_ns"`
 	SystemCPU  time.Duration `json:"system_cpu_ns"`
@@ -166,10 +180,14 @@ func sizeText(n int64) string {
 func memoryReason(n int64) string  { return "memory limit " + sizeText(n) + " reached" }
 func processesReason(n int) string { return "process limit " + strconv.Itoa(n) + " reached" }
 func cpuTimeReason(d time.Duration) string {
-	return "CPU time limit " + (time.Duration(seconds(d)) * time.Second).String() + " reached"
+	return cpuTimeReasonAs(time.Duration(seconds(d)) * time.Second) // RLIMIT_CPU's whole seconds
 }
 func fileSizeReason(n int64) string { return "file size limit " + sizeText(n) + " reached" }
 func openFilesReason(n int) string  { return "open files limit " + strconv.Itoa(n) + " reached" }
+
+// cpuTimeReasonAs is the reason of a CPU time limit enforced as d (a Job
+// Object's is exact to 100 ns).
+func cpuTimeReasonAs(d time.Duration) string { return "CPU time limit " + d.String() + " reached" }
 
 // inferLimit looks at the end of the output of a job that failed while
 // limits of each process held it, for the system's message that a process
@@ -192,7 +210,10 @@ func inferLimit(l Limits, tail string) string {
 
 // memoryMessages are what programs print when an allocation fails:
 // strerror(ENOMEM) and Go's form of it, C libraries', awk's, Perl's,
-// Python's, C++'s.
+// Python's, C++'s; Windows's texts of ERROR_NOT_ENOUGH_MEMORY and
+// ERROR_OUTOFMEMORY ("Not enough memory resources are available ..."),
+// of ERROR_COMMITMENT_LIMIT ("The paging file is too small ..."), what a
+// job over its Job Object's memory gets, and .NET's exception.
 var memoryMessages = []string{
 	"Cannot allocate memory",
 	"cannot allocate",
@@ -201,6 +222,9 @@ var memoryMessages = []string{
 	"memory exhausted",
 	"MemoryError",
 	"bad_alloc",
+	"Not enough memory resources",
+	"paging file is too small",
+	"OutOfMemoryException",
 }
 
 // inferTail is how much of a failed job's output inferLimit reads: its
@@ -239,10 +263,14 @@ func (c *cgroups) enforceableErr(l Limits) error {
 }
 
 // watchUsage sets the process from which a snapshot of the running job
-// reads its usage so far; nil, before the process is closed, ends that.
+// reads its usage so far, and lists its tree; nil, before the process is
+// closed, ends that (see also unlist).
 func (j *job) watchUsage(p *process) {
 	j.usageMu.Lock()
-	j.live = p
+	j.live, j.tree = p, p
+	if p == nil {
+		j.listed = treeList{}
+	}
 	j.usageMu.Unlock()
 }
 

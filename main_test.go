@@ -111,6 +111,9 @@ func helper(args []string) int {
 				spinSink += i
 			}
 		}
+	case "hold": // hold: say "holding", then wait forever (SIGINT's default action ends it)
+		fmt.Println("holding")
+		select {}
 	case "sleep": // sleep MS
 		time.Sleep(time.Duration(arg(1)) * time.Millisecond)
 		return 0
@@ -123,10 +126,31 @@ func helper(args []string) int {
 		}
 		fmt.Printf("child %d\n", c.Process.Pid)
 		return 0
+	case "tree": // tree N: a chain of N helpers, each the parent of the next; each says "pid P ppid Q", the last "ready"; wait forever
+		fmt.Printf("pid %d ppid %d\n", os.Getpid(), os.Getppid())
+		if n := arg(1); n > 1 {
+			c := exec.Command(os.Args[0], "tree", strconv.Itoa(n-1))
+			c.Stdout, c.Stderr = os.Stdout, os.Stderr
+			if err := c.Start(); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			c.Wait()
+			return 0
+		}
+		fmt.Println("ready")
+		select {}
+	}
+	if h := extraHelpers[args[0]]; h != nil {
+		return h(args[1:])
 	}
 	fmt.Fprintln(os.Stderr, "helper: unknown mode", args[0])
 	return 2
 }
+
+// extraHelpers holds the helper modes that only some systems build (see
+// the _linux_test.go files), by name.
+var extraHelpers = map[string]func(args []string) int{}
 
 // patternByte is byte i of the "pattern" helper's output: it differs for
 // nearby offsets, so a byte served at the wrong offset shows.

@@ -138,7 +138,8 @@ func (m *muxReader) Read(b []byte) (n int, err error) {
 				n, err = 0, nil
 			default: // EOF, or an error that ends the pipe all the same
 				m.pipeDone, n = true, 0
-				if err == nil {
+				if err == nil || err == unix.EIO {
+					// EIO: a terminal's master once no slave is open.
 					err = io.EOF
 				}
 				// Mostly the shell has exited by now: then the set has

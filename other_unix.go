@@ -17,9 +17,10 @@ import (
 // procOS is what a process adds here: the shell's exit status once
 // leftovers reaped it.
 type procOS struct {
-	reaped bool
-	code   int
-	err    error
+	reaped  bool
+	code    int
+	err     error
+	scratch string // the sandbox's private temp dir (macOS), removed by close
 }
 
 // containAttr is the containment step of the spawn: the shell gets a
@@ -33,7 +34,7 @@ func containAttr(pl *plan, _ *int) (*syscall.SysProcAttr, []string, func(), erro
 func noCgroupSpawn(error) bool { return false }
 
 // contain records nothing: the tree is the shell's process group.
-func (p *process) contain(*plan) {}
+func (p *process) contain(pl *plan) { p.scratch = pl.scratch }
 
 // settle has nothing to prepare here.
 func (p *process) settle() {}
@@ -43,8 +44,20 @@ type keeper struct{}
 
 func (*keeper) stop() {}
 
+// letGo: there is no holder here.
+func (*keeper) letGo() error { return nil }
+
 // keep: durable mode is unsupported here.
 func (p *process) keep(*keeper) {}
+
+// holderOf returns 0: durable mode is unsupported here.
+func (p *process) holderOf() int { return 0 }
+
+// holdInput: durable mode is unsupported here.
+func (p *process) holdInput(*inputPlan) {}
+
+// openFIFO: durable mode is unsupported here.
+func openFIFO(*inputPlan) (int, error) { return -1, ErrUnsupported }
 
 // keeperOf returns 0: durable mode is unsupported here.
 func (p *process) keeperOf() int { return 0 }
@@ -99,8 +112,13 @@ func (p *process) reap() (int, error) {
 	return p.code, p.err
 }
 
-// close does nothing: a process holds no descriptor here.
-func (p *process) close() {}
+// close removes the sandbox's private temp dir: a process holds no
+// descriptor here.
+func (p *process) close() {
+	if p.scratch != "" {
+		os.RemoveAll(p.scratch)
+	}
+}
 
 // liveMembers reports whether group pgid has members. Without /proc it
 // cannot tell zombies apart, so it counts one for any member; these
@@ -111,6 +129,12 @@ func liveMembers(pgid int) []int {
 	}
 	return []int{-1}
 }
+
+// treeCount counts the live processes of the group, for the leftover
+// watcher; it reads only the shell's PID, which never changes. (The shell
+// was reaped by leftovers: the group's ID stays the job's while a member
+// is in it.)
+func (p *process) treeCount() int { return len(liveMembers(p.pid)) }
 
 // awaitEmpty waits until the group has no process or the deadline passes.
 // No event reports the death of a process that is not our child, so it

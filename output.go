@@ -232,6 +232,21 @@ func (v rawView) separator() string {
 	return omissionLine(n)
 }
 
+// strippedText is the text of a TTY job's view: the head and the tail
+// stripped of terminal escape sequences (see stripper), the tail from
+// its line's start, joined as in text.
+func (v rawView) strippedText() string {
+	head := stripText(v.head)
+	if v.omitted() == 0 {
+		return head
+	}
+	sep := omissionLine(v.omitted())
+	if head != "" && !strings.HasSuffix(head, "\n") {
+		sep = "\n" + sep
+	}
+	return head + sep + stripText(v.tail)
+}
+
 func (v rawView) text() string {
 	var sb strings.Builder
 	sep := v.separator()
@@ -260,6 +275,18 @@ type final struct {
 	// tailLine reports that the tail segment begins at a line's start
 	// (see rawView), for WaitFor's search of an ended job.
 	tailLine bool
+	// raw, for a TTY job, is its raw stream admitted, which Read serves,
+	// while out.Text is the stream stripped of escape sequences.
+	raw *final
+}
+
+// size is what the finished output holds, for retention.
+func (f *final) size() int64 {
+	n := int64(len(f.out.Text))
+	if f.raw != nil {
+		n += int64(len(f.raw.out.Text))
+	}
+	return n
 }
 
 // lineStarts returns the offsets of the starts of every line of p but
@@ -464,6 +491,9 @@ func (r *Registry) readJob(j *job, op string, offset int64, max int) (Chunk, err
 	j.mu.Lock()
 	if f := j.fin; f != nil {
 		j.mu.Unlock()
+		if f.raw != nil {
+			f = f.raw // a TTY job's raw stream
+		}
 		if offset > f.out.Total {
 			return Chunk{}, pastEnd(op, id, offset, f.out.Total)
 		}

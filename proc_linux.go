@@ -46,6 +46,7 @@ type procOS struct {
 	forks     uint64  // the system's count of created tasks as the job started (0: unknown)
 	reaped    bool    // the shell was reaped: its PID may be reused
 	keeper    *keeper // durable mode: the keeper of the job's output
+	holder    *keeper // durable mode: the holder of an interactive job's input
 	// seen holds a pidfd of each member seen while the job ends, and
 	// sessions the sessions they were in: a process once seen stays in
 	// the tree until it exits, even if it can no longer be recognised
@@ -69,6 +70,11 @@ func containAttr(pl *plan, pidfd *int) (*syscall.SysProcAttr, []string, func(), 
 	env := pl.env
 	if pl.marker != "" {
 		env = append(slices.Clip(env), pl.marker)
+		// Taken before the fork: every process of the job starts after
+		// this tick (a tick earlier, for the rounding). The count of
+		// created tasks is the last sample, however old, which only
+		// makes newPIDsAbove more careful; settle refreshes it.
+		pl.since, pl.forks = bootTicks()-1, lastForkCount()
 	}
 	return sys, env, func() {}, nil
 }
@@ -86,14 +92,14 @@ func (p *process) contain(pl *plan) {
 		p.cgroup, p.cgs, p.cg = g.dir, pl.cgs, g
 		return
 	}
-	p.marker = pl.marker
+	p.marker, p.since, p.forks = pl.marker, pl.since, pl.forks
 }
 
 // settle does what the end of the job's containment needs, in its
 // supervisor as the job starts to run, so that it overlaps the job rather
 // than delaying its launch: with a cgroup, it does the registry's cgroup
-// housekeeping; without, it notes when the job started and the system's
-// count of created tasks (see newPIDsAbove).
+// housekeeping; without, it refreshes the sample of the system's count
+// of created tasks (see newPIDsAbove).
 func (p *process) settle() {
 	if p.cgroup != "" {
 		if p.cgs != nil {
@@ -101,14 +107,11 @@ func (p *process) settle() {
 		}
 		return
 	}
-	if p.marker != "" && p.since == 0 {
-		// No /proc read here: this runs on the way to the first read
-		// of a job that may end at once. A tick before now is a start
-		// time no process of the job can be older than; the count of
-		// created tasks may be up to forkSampleAge old, which only
-		// makes newPIDsAbove more careful.
-		p.since = bootTicks() - 1
-		p.forks = recentForkCount()
+	if p.marker != "" {
+		// The spawn took the job's start marks (containAttr); refresh
+		// the sample of created tasks for the next launches, here, off
+		// their path.
+		recentForkCount()
 	}
 }
 
@@ -132,6 +135,15 @@ var forkSample struct {
 
 // forkSampleAge is how old recentForkCount's answer may be.
 const forkSampleAge = 100 * time.Millisecond
+
+// lastForkCount returns the last sample of the count of tasks the system
+// had created, however old (never more than the count now), without
+// reading it: 0 if there is none yet.
+func lastForkCount() uint64 {
+	forkSample.mu.Lock()
+	defer forkSample.mu.Unlock()
+	return forkSample.n
+}
 
 // recentForkCount returns the count of tasks the system had created at
 // most forkSampleAge ago: never more than the count now. It returns 0
@@ -176,6 +188,18 @@ func (p *process) watchPidfd(pidfd int, poll bool) {
 // keep gives p the keeper of its output, if it has one.
 func (p *process) keep(k *keeper) { p.keeper = k }
 
+// holdInput gives p the holder of its input, if it has one (durable
+// mode), to be reaped at its end.
+func (p *process) holdInput(in *inputPlan) { p.holder = in.holder }
+
+// holderOf returns the PID of p's input holder, or 0.
+func (p *process) holderOf() int {
+	if p.holder == nil {
+		return 0
+	}
+	return p.holder.pid
+}
+
 // keeperOf returns the PID of p's keeper, or 0.
 func (p *process) keeperOf() int {
 	if p.keeper == nil {
@@ -206,28 +230,60 @@ func (p *process) reap() (int, error) {
 
 // close frees the pidfd. Once the shell was reaped (its tree is empty by
 // then), the job's cgroup goes back to be removed; a released job keeps
-// it.
+// it, and the registry lets go of what it held open of it.
+//
+// A released job's shell and keeper, when they are the host's children,
+// are handed to noteReleased with their pidfds, so that the Registries of
+// the process reap them once they have exited: nothing else would, and
+// each would stay a zombie for the life of the process.
 func (p *process) close() {
-	if p.pidfd != nil {
+	switch {
+	case p.pidfd == nil:
+	case !p.reaped && !p.adopted:
+		noteReleased(p.pidfd) // the host's child, released
+	default:
 		p.pidfd.Close()
 	}
+	p.pidfd = nil
 	switch k := p.keeper; {
 	case k == nil:
-	case !p.reaped:
+	case !p.reaped && k.mine && k.pidfd != nil:
 		// Released: the keeper takes the output over when the
 		// lifeline closes.
+		noteReleased(k.pidfd)
+		k.pidfd = nil
+	case !p.reaped, p.adopted:
+		// Released, not known to be the host's child; or adopted, and
+		// exited (the reader waited for it), unless the drain's grace
+		// ran out: it then finishes its copy on its own. One that the
+		// host released earlier is in noteReleased's hands.
 		k.reap(false)
-	case p.adopted:
-		k.reap(false) // it has exited: the reader waited for it
 	default:
 		k.stop()
+	}
+
+	// The input's holder ends with the job's wrapper; a released job
+	// keeps it, and one this host started stays its child until then.
+	switch h := p.holder; {
+	case h == nil:
+	case !p.reaped && h.mine && h.pidfd != nil:
+		noteReleased(h.pidfd)
+		h.pidfd = nil
+	case !p.reaped:
+		h.reap(false)
+	default:
+		h.stop()
 	}
 
 	for _, f := range p.seen {
 		f.Close()
 	}
 	switch {
-	case !p.reaped || p.cgs == nil:
+	case p.cgs == nil:
+	case !p.reaped:
+		if p.cg != nil {
+			p.cgs.release(p.cg)
+		}
 	case p.cg != nil:
 		p.cgs.recycle(p.cg)
 	case p.cgroup != "":
@@ -475,11 +531,11 @@ var pidMax = sync.OnceValue(func() int {
 	return n
 })
 
-// procStat is what members needs of /proc/PID/stat.
+// procStat is what members (and a listing) needs of /proc/PID/stat.
 type procStat struct {
-	state         byte
-	pgrp, session int
-	start         uint64 // clock ticks after boot
+	state               byte
+	ppid, pgrp, session int
+	start               uint64 // clock ticks after boot
 }
 
 // live reports whether the process is neither a zombie nor dead.
@@ -509,10 +565,11 @@ func readStat(pid string, buf []byte) (procStat, bool) {
 	if len(f) < 20 {
 		return procStat{}, false
 	}
+	ppid, _ := strconv.Atoi(string(f[1]))
 	pg, err1 := strconv.Atoi(string(f[2]))
 	sid, err2 := strconv.Atoi(string(f[3]))
 	start, err3 := strconv.ParseUint(string(f[19]), 10, 64)
-	return procStat{state: f[0][0], pgrp: pg, session: sid, start: start}, err1 == nil && err2 == nil && err3 == nil
+	return procStat{state: f[0][0], ppid: ppid, pgrp: pg, session: sid, start: start}, err1 == nil && err2 == nil && err3 == nil
 }
 
 // hasMarker reports whether the environment process pid started with

@@ -69,6 +69,18 @@ type platformProcess interface {
 	// for a cgroup its folder; for a Linux session the marker in the
 	// job's environment; else "".
 	containment() (Containment, string)
+	// emptyWatch returns a watcher that waits, in a goroutine of its
+	// own, for the tree to have no live process, for the leftover phase
+	// (procs.go): the supervisor calls it once the shell has exited, and
+	// the watcher reads nothing of the process that the supervisor may
+	// change.
+	emptyWatch() *emptyWatch
+	// list returns the live processes of the tree and the TCP ports
+	// they listen on (Linux; nothing elsewhere). Unlike the other
+	// methods it may be called from any goroutine while job.tree holds
+	// the process: it reads only fields set before the process was
+	// shared, and memo, which job.usageMu guards.
+	list(memo *treeMemo) ([]Process, []int)
 }
 
 // outputReader is the parent's end of a job's output. Its reads honour

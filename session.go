@@ -10,11 +10,11 @@ import (
 // Session is a view of a [Registry] scoped to one session: the
 // registry's methods with the session filled in and checked. Its Start
 // and RunForeground launch jobs of that session; its Status, Read,
-// ReadWait, Follow, Wait, Cancel, Watch and WaitFor answer ErrNotFound
-// for the ID of another session's job, exactly as for an ID that names
-// no job, so one client of a multi-client host can neither reach nor
-// learn of another's jobs; its List, Completions, NextCompletion and
-// Matches are the session's.
+// ReadWait, Follow, Wait, Cancel, Write, CloseInput, Resize, Screen,
+// Watch and WaitFor answer ErrNotFound for the ID of another session's
+// job, exactly as for an ID that names no job, so one client of a
+// multi-client host can neither reach nor learn of another's jobs; its
+// List, Completions, NextCompletion and Matches are the session's.
 //
 // Get one with [Registry.Session]. A Session holds nothing but the
 // registry and the name: it is cheap to make per request, and as safe
@@ -118,6 +118,22 @@ func (s *Session) Completions() []Completion { return s.r.Completions(s.name) }
 func (s *Session) NextCompletion(ctx context.Context) (Completion, error) {
 	return s.r.NextCompletion(ctx, s.name)
 }
+
+// Write is [Registry.Write] to a job of the session.
+func (s *Session) Write(ctx context.Context, id ID, p []byte) (int, error) {
+	return s.r.write(ctx, s.scope(), id, p)
+}
+
+// CloseInput is [Registry.CloseInput] of a job of the session.
+func (s *Session) CloseInput(id ID) error { return s.r.closeInput(s.scope(), id) }
+
+// Resize is [Registry.Resize] of a job of the session.
+func (s *Session) Resize(id ID, rows, cols uint16) error {
+	return s.r.resize(s.scope(), id, rows, cols)
+}
+
+// Screen is [Registry.Screen] of a job of the session.
+func (s *Session) Screen(id ID) (Screen, error) { return s.r.screen(s.scope(), id) }
 
 // Watch is [Registry.Watch] of a job of the session.
 func (s *Session) Watch(id ID, w Watch) error { return s.r.watch(s.scope(), id, w) }

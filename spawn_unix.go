@@ -22,47 +22,91 @@ func defaultShell() []string { return []string{"/bin/sh", "-c"} }
 func envKey(k string) string { return k }
 
 // startJob carries out pl: the job's input (openInput), its output
-// (openOutput), its containment (a new session, in sysProcAttr) and the
-// spawn itself (forkJob).
+// (openOutput), or both at once when they are a terminal (startOnTTY),
+// its containment (a new session, in sysProcAttr) and the spawn itself
+// (forkJob). An interactive job's input is left in pl.input.conn.
 func startJob(pl *plan) (*process, outputReader, error) {
 	if !canSpawn {
 		return nil, nil, ErrUnsupported
+	}
+	if pl.input.tty != nil {
+		return startOnTTY(pl)
 	}
 	out, rd, err := openOutput(&pl.output)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer unix.Close(out)
-	in, err := openInput(pl.stdin)
+	in, owned, err := openInput(&pl.input)
 	if err != nil {
 		rd.Close()
 		return nil, nil, fmt.Errorf("stdin: %w", err)
 	}
-	if pl.stdin != "" {
+	if owned {
 		defer unix.Close(in) // the shared /dev/null stays open
+	}
+	// On failure from here on, the host's end of the input goes too.
+	fail := func(err error) (*process, outputReader, error) {
+		rd.Close()
+		pl.input.dropConn()
+		return nil, nil, err
 	}
 	k, err := startKeeperOf(rd, &pl.output)
 	if err != nil {
-		rd.Close()
-		return nil, nil, fmt.Errorf("keeper: %w", err)
+		return fail(fmt.Errorf("keeper: %w", err))
 	}
 	p, err := forkJob(pl, in, out, pollPidfd(rd))
 	if err != nil {
 		if k != nil {
 			k.stop()
 		}
-		rd.Close()
-		return nil, nil, err
+		return fail(err)
 	}
 	p.keep(k)
+	pl.input.dropLife() // the wrapper has it
+	p.holdInput(&pl.input)
 	if pl.output.file != "" && !p.releasable() {
 		// Detach could not end a wait on this process.
 		p.signal(true)
 		p.reap()
 		p.close()
-		rd.Close()
-		return nil, nil, fmt.Errorf("no pidfd: %w", ErrUnsupported)
+		return fail(fmt.Errorf("no pidfd: %w", ErrUnsupported))
 	}
+	return p, rd, nil
+}
+
+// startOnTTY carries out pl for a job on a pseudo-terminal: the slave is
+// its stdin, stdout, stderr and controlling terminal; the host reads the
+// master as the job's output (through the same reader as a pipe's) and
+// writes a copy of it as the job's input.
+func startOnTTY(pl *plan) (*process, outputReader, error) {
+	if pl.output.file != "" {
+		return nil, nil, fmt.Errorf("terminal with an output file: %w", ErrUnsupported) // refused at launch
+	}
+	rows, cols := ttySize(pl.input.tty)
+	m, slave, err := openPTY(rows, cols)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pseudo-terminal: %w", err)
+	}
+	defer unix.Close(slave) // the job has it once it is spawned
+	w, err := dupCloexec(m)
+	if err != nil {
+		unix.Close(m)
+		return nil, nil, fmt.Errorf("pseudo-terminal: %w", err)
+	}
+	conn := &fileConn{File: os.NewFile(uintptr(w), "/dev/ptmx"), tty: true}
+	rd, err := newPipeReader(m) // takes m
+	if err != nil {
+		conn.Close()
+		return nil, nil, fmt.Errorf("pseudo-terminal: %w", err)
+	}
+	p, err := forkJob(pl, slave, slave, pollPidfd(rd))
+	if err != nil {
+		conn.Close()
+		rd.Close()
+		return nil, nil, err
+	}
+	pl.input.conn = conn
 	return p, rd, nil
 }
 
@@ -114,7 +158,18 @@ func forkJob(pl *plan, in, out int, poll bool) (*process, error) {
 	if err != nil {
 		return nil, err
 	}
-	attr := &syscall.ProcAttr{Dir: pl.dir, Env: env, Files: []uintptr{uintptr(in), uintptr(out), uintptr(out)}, Sys: sys}
+	if pl.input.tty != nil {
+		// The slave, the child's descriptor 0, becomes the controlling
+		// terminal of its new session.
+		sys.Setctty, sys.Ctty = true, 0
+	}
+	files := []uintptr{uintptr(in), uintptr(out), uintptr(out)}
+	if pl.input.hasLife {
+		// Durable mode's wrapper holds the input holder's life pipe
+		// (see durable_io_linux.go); descriptor 3 stays closed.
+		files = append(files, ^uintptr(0), uintptr(pl.input.life))
+	}
+	attr := &syscall.ProcAttr{Dir: pl.dir, Env: env, Files: files, Sys: sys}
 	pid, err := syscall.ForkExec(path, pl.argv, attr)
 	done()
 	if err != nil && pl.cg != nil && noCgroupSpawn(err) {
@@ -145,28 +200,62 @@ func lookShell(path string) (string, error) {
 	return exec.LookPath(path)
 }
 
-// openInput returns the descriptor a job reads as its standard input:
-// the shared /dev/null when s is empty (see devNull), else an unlinked
-// temporary file holding s, which the caller must close. A file, unlike
-// a pipe, takes any size without a goroutine to feed it.
-func openInput(s string) (int, error) {
-	if s == "" {
-		return openDevNull()
+// dropLife closes the host's copy of the life pipe's write end, once the
+// job's wrapper has its own or will not.
+func (ip *inputPlan) dropLife() {
+	if ip.hasLife {
+		unix.Close(ip.life)
+		ip.hasLife = false
+	}
+}
+
+// openInput returns the descriptor a job reads as its standard input,
+// and whether the caller must close it once the child has it:
+//   - an interactive job's: a pipe (or, in durable mode, the run's FIFO,
+//     see openFIFO), whose host end, non-blocking and in the runtime's
+//     poller, goes to in.conn; Spec.Stdin is written into it after the
+//     spawn (input.prime);
+//   - else, with Spec.Stdin, an unlinked temporary file holding it: a
+//     file, unlike a pipe, takes any size without a goroutine to feed it;
+//   - else the shared /dev/null (see devNull).
+func openInput(in *inputPlan) (int, bool, error) {
+	switch {
+	case in.fifo != "":
+		fd, err := openFIFO(in)
+		return fd, err == nil, err
+	case in.interactive:
+		var pfd [2]int
+		if err := rawPipe(&pfd); err != nil {
+			return -1, false, err
+		}
+		// Only the host's end is non-blocking: the job reads a plain
+		// pipe.
+		if _, err := unix.FcntlInt(uintptr(pfd[1]), unix.F_SETFL, unix.O_NONBLOCK); err != nil {
+			unix.Close(pfd[0])
+			unix.Close(pfd[1])
+			return -1, false, err
+		}
+		in.conn = &fileConn{File: os.NewFile(uintptr(pfd[1]), "|1")}
+		return pfd[0], true, nil
+	case in.data == "":
+		fd, err := openDevNull()
+		return fd, false, err
 	}
 	f, err := os.CreateTemp("", "bgjob-stdin-*")
 	if err != nil {
-		return -1, err
+		return -1, false, err
 	}
 	defer f.Close()
 	os.Remove(f.Name())
-	if _, err := f.WriteString(s); err != nil {
-		return -1, err
+	if _, err := f.WriteString(in.data); err != nil {
+		return -1, false, err
 	}
 	if _, err := f.Seek(0, 0); err != nil {
-		return -1, err
+		return -1, false, err
 	}
 	// A descriptor that outlives f, sharing its offset (now 0).
-	return dupCloexec(int(f.Fd()))
+	fd, err := dupCloexec(int(f.Fd()))
+	return fd, err == nil, err
 }
 
 // devNull is /dev/null, opened for reading by the first job without

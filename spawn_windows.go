@@ -33,10 +33,10 @@ func defaultShell() []string { return []string{"cmd.exe", "/d", "/s", "/c"} }
 func envKey(k string) string { return strings.ToUpper(k) }
 
 // startJob carries out pl: it starts pl's command line in a new console
-// process group inside a new Job Object (its containment), with pl's
-// directory and environment, its stdin as input and one pipe as both
-// stdout and stderr (its output). It returns the process and the parent's
-// end of that pipe.
+// process group inside a new Job Object (its containment, holding pl's
+// limits), with pl's directory and environment, its stdin as input and
+// one pipe as both stdout and stderr (its output). It returns the
+// process and the parent's end of that pipe.
 //
 // The shell is created suspended and assigned to the job before its
 // first instruction runs, so nothing it starts can escape the job.
@@ -44,7 +44,7 @@ func startJob(pl *plan) (_ *process, _ outputReader, err error) {
 	if pl.output.file != "" {
 		return nil, nil, fmt.Errorf("output file: %w", ErrUnsupported)
 	}
-	argv, dir, env, stdin := pl.argv, pl.dir, pl.env, pl.stdin
+	argv, dir, env := pl.argv, pl.dir, pl.env
 	path, err := lookPath(argv[0], dir)
 	if err != nil {
 		return nil, nil, err
@@ -74,12 +74,20 @@ func startJob(pl *plan) (_ *process, _ outputReader, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if pl.input.tty != nil {
+		return startOnConPTY(pl, app, cmdline, block, dirp)
+	}
 
-	in, err := stdinHandle(stdin)
+	in, err := stdinHandle(&pl.input)
 	if err != nil {
 		return nil, nil, fmt.Errorf("stdin: %w", err)
 	}
 	defer windows.CloseHandle(in)
+	defer func() {
+		if err != nil {
+			pl.input.dropConn()
+		}
+	}()
 	rd, w, err := outputPipe()
 	if err != nil {
 		return nil, nil, fmt.Errorf("pipe: %w", err)
@@ -90,13 +98,18 @@ func startJob(pl *plan) (_ *process, _ outputReader, err error) {
 			rd.Close()
 		}
 	}()
-	job, err := newJob()
+	// The limits are set on the job before the shell exists, so that
+	// no instruction of the job runs without them.
+	job, port, err := newJob(pl.limits)
 	if err != nil {
 		return nil, nil, fmt.Errorf("job object: %w", err)
 	}
 	defer func() {
 		if err != nil {
 			windows.CloseHandle(job) // kills the shell, if it was assigned
+			if port != 0 {
+				windows.CloseHandle(port)
+			}
 		}
 	}()
 
@@ -154,7 +167,7 @@ func startJob(pl *plan) (_ *process, _ outputReader, err error) {
 		windows.CloseHandle(pi.Process)
 		return nil, nil, fmt.Errorf("resume: %w", err)
 	}
-	p := &process{pid: int(pi.ProcessId), proc: pi.Process, job: job, console: console}
+	p := &process{pid: int(pi.ProcessId), proc: pi.Process, job: job, port: port, watched: port != 0, console: console}
 	return p, rd, nil
 }
 
@@ -275,12 +288,22 @@ func envBlock(env []string) ([]uint16, error) {
 	return append(block, 0), nil
 }
 
-// stdinHandle returns the handle a job reads as its standard input: the
-// NUL device when s is empty, else a temporary file holding s, positioned
-// at its start and deleted when its last handle (ours or the job's)
-// closes. A file, unlike a pipe, takes any size without a goroutine to
-// feed it.
-func stdinHandle(s string) (windows.Handle, error) {
+// stdinHandle returns the handle a job reads as its standard input: for
+// an interactive job, a pipe whose host end goes to in.conn (Spec.Stdin
+// is written into it after the spawn); else the NUL device when there
+// is no Spec.Stdin, or a temporary file holding it, positioned at its
+// start and deleted when its last handle (ours or the job's) closes. A
+// file, unlike a pipe, takes any size without a goroutine to feed it.
+func stdinHandle(in *inputPlan) (windows.Handle, error) {
+	if in.interactive {
+		w, r, err := inputPipe()
+		if err != nil {
+			return 0, err
+		}
+		in.conn = pipeConn{w}
+		return r, nil
+	}
+	s := in.data
 	share := uint32(windows.FILE_SHARE_READ | windows.FILE_SHARE_WRITE | windows.FILE_SHARE_DELETE)
 	if s == "" {
 		return windows.CreateFile(windows.StringToUTF16Ptr("NUL"), windows.GENERIC_READ, share, nil, windows.OPEN_EXISTING, 0, 0)

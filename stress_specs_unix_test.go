@@ -32,14 +32,15 @@ const (
 	kindLong                            // prints, sleeps up to a few seconds: a target for Cancel
 	kindBadShell                        // run by the registry whose shell is missing
 	kindDirGone                         // its Dir is removed by the Guard before the spawn
+	kindConversation                    // an interactive or TTY job written to (stress_input_unix_test.go); not in the pool
 	numKinds
 )
 
 var kindNames = [numKinds]string{"exit", "slow", "self-kill", "self-term", "grandchildren",
-	"stubborn-child", "stdin", "escape", "timeout", "idle", "ignore-term", "long", "bad-shell", "dir-gone"}
+	"stubborn-child", "stdin", "escape", "timeout", "idle", "ignore-term", "long", "bad-shell", "dir-gone", "conversation"}
 
 // kindWeights sets how often each kind is picked (per mille of the pool).
-var kindWeights = [numKinds]int{200, 80, 50, 40, 60, 30, 60, 80, 60, 50, 40, 120, 60, 0}
+var kindWeights = [numKinds]int{200, 80, 50, 40, 60, 30, 60, 80, 60, 50, 40, 120, 60, 0, 0}
 
 // stressEscapes are the ways a kindEscape job's process leaves the job's
 // process group or session; H is a sleeper marked with the run's token.
@@ -87,6 +88,18 @@ func (ss *stressSpec) failsToSpawn() bool  { return ss.kind >= kindBadShell }
 func (ss *stressSpec) check(state bgjob.State, code int, total int64) string {
 	var want string
 	switch {
+	case ss.kind == kindConversation:
+		// Exactly what was written (and echoed), or a part of it if
+		// stopped.
+		switch {
+		case state == bgjob.Exited && (code != ss.code || total != ss.n):
+			want = fmt.Sprintf("exit %d, %d bytes", ss.code, ss.n)
+		case state == bgjob.Cancelled && (code != 130 || total > ss.n),
+			state == bgjob.TimedOut && (code != 124 || total > ss.n):
+			want = fmt.Sprintf("at most %d bytes", ss.n)
+		case state != bgjob.Exited && state != bgjob.Cancelled && state != bgjob.TimedOut:
+			want = "exited, cancelled or timed out"
+		}
 	case state == bgjob.Cancelled: // any job may be cancelled, even before its spawn
 		if code != 130 || total > ss.n {
 			want = fmt.Sprintf("exit 130, at most %d bytes", ss.n)

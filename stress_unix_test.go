@@ -32,14 +32,19 @@ import (
 // megabytes, leave grandchildren (some ignoring SIGTERM) or ignore SIGTERM
 // themselves; the calls of issue #20 are mixed in too (ReadWait, Follow,
 // NextCompletion, launches and lookups through Session views, which must
-// never reach another session's job; stress_views_unix_test.go), and
-// watches, WaitFor and Matches (stress_watch_unix_test.go). Then it
-// closes both registries while the goroutines still
-// run and checks, over every execution: the state, exit code and byte
-// count its Telemetry event reports; one Completion per pollable run,
-// delivered exactly once by Completions and once to OnComplete; every
-// match a run's bytes make, exactly once to OnMatch; and no
-// leak of goroutines, file descriptors, live processes or zombies.
+// never reach another session's job; stress_views_unix_test.go), and so
+// are conversations with interactive and TTY jobs (Write, CloseInput,
+// Resize, Screen, each checked exactly; stress_input_unix_test.go), and
+// watches, WaitFor and Matches (stress_watch_unix_test.go); and of
+// issue #19: a third registry has 4 slots and a queue, so that most of its
+// launches wait, with random priorities, and are polled, joined, waited
+// on, read and cancelled while queued, and a Status of a running job
+// lists its tree. Then it closes the registries while the goroutines
+// still run and checks, over every execution: the state, exit code and
+// byte count its Telemetry event reports; one Completion per pollable
+// run, delivered exactly once by Completions and once to OnComplete;
+// every match a run's bytes make, exactly once to OnMatch; and no leak
+// of goroutines, file descriptors, live processes or zombies.
 //
 //	BGJOB_STRESS_DURATION=11m nice -n 10 go test -race -run '^TestStress$' -timeout 30m .
 func TestStress(t *testing.T) {
@@ -106,6 +111,7 @@ type stress struct {
 	pool    []*stressSpec
 	main    *stressReg
 	bad     *stressReg // its shell does not exist
+	queue   *stressReg // stressSlots slots and a queue
 	dir     string     // Config.Dir of main; doomed dirs live under it
 	mark    string     // in every job's environment, to find its processes
 	seed    uint64
@@ -124,10 +130,12 @@ type stress struct {
 		status, notFound, reads, readBytes, readInvalid, waits, waitOut atomic.Int64
 		cancels, lists, drains, readmits, walks, admits, doomed         atomic.Int64
 		ctxErrs, detachedDone, escapes, escapeChecks                    atomic.Int64
+		queued, queuedSeen, queuedDetached, listedProcs                 atomic.Int64
 	}
 	tokens atomic.Int64 // the last escape token handed out
 	fh     firstHourCounts
 	wl     stressWatchLog // watches (stress_watch_unix_test.go)
+	cv     conversationCounts
 }
 
 func newStress(t *testing.T, seed uint64) *stress {
@@ -142,20 +150,52 @@ func newStress(t *testing.T, seed uint64) *stress {
 	stressWatches(st.pool)
 	st.main = &stressReg{name: "main", rec: newStressRec()}
 	st.bad = &stressReg{name: "bad-shell", rec: newStressRec()}
+	st.queue = &stressReg{name: "queue", rec: newStressRec()}
 	var err error
-	st.main.r, err = bgjob.New(bgjob.Config{
+	st.main.r, err = bgjob.New(st.config(st.main, 128))
+	if err != nil {
+		t.Fatal(err)
+	}
+	qc := st.config(st.queue, stressSlots)
+	qc.Queue, qc.MaxQueued = true, stressMaxQueued
+	st.queue.r, err = bgjob.New(qc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.bad.r, err = bgjob.New(bgjob.Config{
+		Shell:      []string{"/no/such/shell", "-c"},
+		MaxRunning: 128,
+		Telemetry:  st.bad.rec,
+		OnComplete: st.bad.rec.onComplete,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// The queue registry's slots and bound.
+const (
+	stressSlots     = 4
+	stressMaxQueued = 64
+)
+
+// config is the Config of the registries that run the pool's jobs, with
+// reg's hooks and maxRunning slots.
+func (st *stress) config(reg *stressReg, maxRunning int) bgjob.Config {
+	return bgjob.Config{
 		Dir:              st.dir,
 		Env:              append(os.Environ(), st.mark),
-		MaxRunning:       128,
+		MaxRunning:       maxRunning,
 		KillGrace:        300 * time.Millisecond,
 		DefaultTimeout:   time.Minute,
 		HeadBytes:        stressHead,
 		TailBytes:        stressTail,
 		Retention:        bgjob.Retention{MaxJobs: 48, MaxBytes: 2 << 20, TTL: 20 * time.Second},
 		ProgressInterval: 30 * time.Millisecond,
-		Telemetry:        st.main.rec,
+		Telemetry:        reg.rec,
 		OnComplete: func(c bgjob.Completion) {
-			st.main.rec.onComplete(c)
+			reg.rec.onComplete(c)
 			st.checkEscapers(c.Command)
 		},
 		OnMatch: st.onMatch,
@@ -173,20 +213,7 @@ func newStress(t *testing.T, seed uint64) *stress {
 			}
 			return nil
 		},
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
-	st.bad.r, err = bgjob.New(bgjob.Config{
-		Shell:      []string{"/no/such/shell", "-c"},
-		MaxRunning: 128,
-		Telemetry:  st.bad.rec,
-		OnComplete: st.bad.rec.onComplete,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
 }
 
 func (st *stress) fail(format string, args ...any) {
@@ -208,13 +235,33 @@ func (st *stress) pick(rng *rand.Rand) (*stressSpec, *stressReg) {
 		st.n.doomed.Add(1)
 		ss := &stressSpec{kind: kindDirGone, word: "gone", code: 0}
 		ss.spec = bgjob.Spec{Command: "exit 0", Dir: d, Session: stressSessions[rng.IntN(len(stressSessions))]}
-		return ss, st.main
+		return ss, st.runner(rng)
 	}
 	ss := st.pool[rng.IntN(len(st.pool))]
 	if ss.kind == kindBadShell {
 		return ss, st.bad
 	}
-	return ss, st.main
+	return ss, st.runner(rng)
+}
+
+// runner returns a registry that runs the pool's jobs: the main one, or
+// one time in four the one with a queue.
+func (st *stress) runner(rng *rand.Rand) *stressReg {
+	if rng.IntN(4) == 0 {
+		return st.queue
+	}
+	return st.main
+}
+
+// anyReg returns one of the three registries, for calls that take no ID.
+func (st *stress) anyReg(rng *rand.Rand) *stressReg {
+	switch rng.IntN(4) {
+	case 0:
+		return st.bad
+	case 1:
+		return st.queue
+	}
+	return st.main
 }
 
 // record notes a launch's result: the ID's spec (an ID never names two
@@ -239,6 +286,9 @@ func (st *stress) record(reg *stressReg, ss *stressSpec, s bgjob.Snapshot) {
 	} else {
 		st.n.joins.Add(1)
 	}
+	if s.State == bgjob.Queued {
+		st.n.queued.Add(1)
+	}
 }
 
 // launchSpec returns the spec to launch for ss: sometimes Unique, and for
@@ -248,6 +298,7 @@ func (st *stress) record(reg *stressReg, ss *stressSpec, s bgjob.Snapshot) {
 func (st *stress) launchSpec(ss *stressSpec, rng *rand.Rand) bgjob.Spec {
 	spec := ss.spec
 	spec.Unique = rng.IntN(5) == 0 || len(spec.Watches) > 0 // an ID with watches names one run
+	spec.Priority = rng.IntN(4) - 1                         // orders the queue; no other effect
 	if ss.kind == kindEscape {
 		spec.Unique = true
 		spec.Command = strings.ReplaceAll(spec.Command, escapeToken, fmt.Sprintf("esc-%d-%d", st.seed, st.tokens.Add(1)))
@@ -317,11 +368,33 @@ func (st *stress) checkSnap(op string, ss *stressSpec, s bgjob.Snapshot) {
 		st.fail("%s: snapshot of unknown job %s", op, s.ID)
 		return
 	}
+	if ss.kind == kindConversation {
+		return // its worker checks it exactly (stress_input_unix_test.go)
+	}
+	if s.State == bgjob.Queued {
+		st.n.queuedSeen.Add(1)
+		if s.ExitCode != -1 || s.PID != 0 || !s.Ended.IsZero() || s.Output.Total != 0 || s.QueuePosition < 1 || s.QueuePosition > stressMaxQueued || s.Processes != nil {
+			st.fail("%s: queued %s job %s: exit %d pid %d ended %v total %d place %d processes %v", op, kindNames[ss.kind], s.ID, s.ExitCode, s.PID, s.Ended, s.Output.Total, s.QueuePosition, s.Processes)
+		}
+		return
+	}
+	if s.QueuePosition != 0 {
+		st.fail("%s: %v job %s at place %d in the queue", op, s.State, s.ID, s.QueuePosition)
+	}
 	if !s.State.Done() {
 		if s.State != bgjob.Running || s.ExitCode != -1 || !s.Ended.IsZero() || s.Output.Total > ss.n {
 			st.fail("%s: running %s job %s: state %v exit %d ended %v total %d (of %d)", op, kindNames[ss.kind], s.ID, s.State, s.ExitCode, s.Ended, s.Output.Total, ss.n)
 		}
+		for _, p := range s.Processes {
+			if p.PID <= 0 || p.PPID < 0 {
+				st.fail("%s: running job %s lists process %+v", op, s.ID, p)
+			}
+		}
+		st.n.listedProcs.Add(int64(len(s.Processes)))
 		return
+	}
+	if s.Processes != nil || s.Ports != nil {
+		st.fail("%s: %v job %s lists processes %v, ports %v", op, s.State, s.ID, s.Processes, s.Ports)
 	}
 	if msg := ss.check(s.State, s.ExitCode, s.Output.Total); msg != "" {
 		st.fail("%s %s: %s", op, s.ID, msg)
@@ -385,9 +458,11 @@ func (st *stress) walk(reg *stressReg, ss *stressSpec, id bgjob.ID) {
 func (st *stress) worker(rng *rand.Rand, stop *atomic.Bool) {
 	ctx := context.Background()
 	for !stop.Load() {
-		switch p := rng.IntN(118); {
-		case p >= 112: // WaitFor, Watch, Matches
-			st.watchOp(rng, p-112)
+		switch p := rng.IntN(124); {
+		case p >= 118: // WaitFor, Watch, Matches
+			st.watchOp(rng, p-118)
+		case p >= 112: // conversations: Write, CloseInput, Resize, Screen
+			st.conversation(rng)
 		case p >= 100: // ReadWait, Follow, NextCompletion, Session views
 			st.firstHour(rng, p-100)
 		case p < 22: // Start, sometimes waiting for the end
@@ -423,8 +498,8 @@ func (st *stress) worker(rng *rand.Rand, stop *atomic.Bool) {
 			if rng.IntN(3) == 0 {
 				fg.OnProgress = func(s bgjob.Snapshot) {
 					st.n.progress.Add(1)
-					if s.State != bgjob.Running {
-						st.fail("OnProgress got a %v snapshot; want running", s.State)
+					if s.State != bgjob.Running && s.State != bgjob.Queued {
+						st.fail("OnProgress got a %v snapshot; want running or queued", s.State)
 					}
 					st.checkSnap("OnProgress", ss, s)
 				}
@@ -439,7 +514,9 @@ func (st *stress) worker(rng *rand.Rand, stop *atomic.Bool) {
 			st.record(reg, ss, res.Snapshot)
 			if res.Detached {
 				st.n.detached.Add(1)
-				if res.State != bgjob.Running {
+				if res.State == bgjob.Queued {
+					st.n.queuedDetached.Add(1)
+				} else if res.State != bgjob.Running {
 					// detach once snapshotted after letting go of the
 					// lock, so a job ending at that moment came back
 					// Detached yet done.
@@ -520,10 +597,7 @@ func (st *stress) worker(rng *rand.Rand, stop *atomic.Bool) {
 		case p < 83:
 			st.n.lists.Add(1)
 			session := stressSessions[rng.IntN(len(stressSessions))]
-			reg := st.main
-			if rng.IntN(4) == 0 {
-				reg = st.bad
-			}
+			reg := st.anyReg(rng)
 			for _, s := range reg.r.List(session) {
 				if s.Session != session {
 					st.fail("List(%q) gave a job of session %q", session, s.Session)
@@ -542,10 +616,7 @@ func (st *stress) worker(rng *rand.Rand, stop *atomic.Bool) {
 		case p < 93:
 			st.n.drains.Add(1)
 			session := stressSessions[rng.IntN(len(stressSessions))]
-			reg := st.main
-			if rng.IntN(4) == 0 {
-				reg = st.bad
-			}
+			reg := st.anyReg(rng)
 			cs := reg.r.Completions(session)
 			for _, c := range cs {
 				if c.Session != session {
@@ -564,6 +635,9 @@ func (st *stress) worker(rng *rand.Rand, stop *atomic.Bool) {
 		default:
 			if n := st.main.r.Running(); n < 0 || n > 128 {
 				st.fail("Running() = %d; want 0..128", n)
+			}
+			if n := st.queue.r.Running(); n < 0 || n > stressSlots {
+				st.fail("queue: Running() = %d; want 0..%d", n, stressSlots)
 			}
 		}
 	}
@@ -597,9 +671,9 @@ func (st *stress) run(dur time.Duration) {
 	closeBegin := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var cerr [2]error
+	var cerr [3]error
 	var cwg sync.WaitGroup
-	for i, reg := range []*stressReg{st.main, st.bad} {
+	for i, reg := range []*stressReg{st.main, st.bad, st.queue} {
 		cwg.Add(1)
 		go func() {
 			defer cwg.Done()
@@ -634,11 +708,11 @@ func (st *stress) run(dur time.Duration) {
 // once both registries are closed.
 func (st *stress) verify() {
 	t := st.t
-	var states [5]int
+	var states [6]int
 	var kinds [numKinds]int
 	var faults, processes, leftovers int
 	var bytesTotal int64
-	for _, reg := range []*stressReg{st.main, st.bad} {
+	for _, reg := range []*stressReg{st.main, st.bad, st.queue} {
 		if n := reg.r.Running(); n != 0 {
 			t.Errorf("%s: Running() = %d after Close; want 0", reg.name, n)
 		}
@@ -746,7 +820,7 @@ func (st *stress) verify() {
 			p.pid, string(p.state), p.session, pids[p.session], bytes.ReplaceAll(cmd, []byte{0}, []byte{' '}))
 	}
 
-	jobs := st.main.launches.Load() + st.bad.launches.Load()
+	jobs := st.main.launches.Load() + st.bad.launches.Load() + st.queue.launches.Load()
 	t.Logf("jobs: %d runs (%d processes, %d distinct IDs, pool %d), %d joins, %d too-many, %d ErrClosed, %d ctx ended; %d inline, %d detached (%d of them already done), %d progress calls",
 		jobs, processes, len(st.ids), len(st.pool), st.n.joins.Load(), st.n.tooMany.Load(), st.n.closedErrs.Load(), st.n.ctxErrs.Load(),
 		st.n.inline.Load(), st.n.detached.Load(), st.n.detachedDone.Load(), st.n.progress.Load())
@@ -756,6 +830,8 @@ func (st *stress) verify() {
 		faults, kinds[kindSelfKill], kinds[kindSelfTerm], leftovers, states[bgjob.TimedOut], states[bgjob.Cancelled], states[bgjob.Failed])
 	t.Logf("escapes: %d jobs whose processes left their group or session, %d checked at their end: none lived on unless reported above",
 		st.n.escapes.Load(), st.n.escapeChecks.Load())
+	t.Logf("queue: %d runs on the registry with %d slots, %d launches queued (%d snapshots of queued jobs, %d RunForeground calls detached while queued); %d processes listed in running jobs' snapshots",
+		st.queue.launches.Load(), stressSlots, st.n.queued.Load(), st.n.queuedSeen.Load(), st.n.queuedDetached.Load(), st.n.listedProcs.Load())
 	t.Logf("leaks: %d live processes of jobs (of %d job sessions) after Close", live, len(pids))
 	t.Logf("polls: %d Status, %d Read (%d bytes checked, %d past the end), %d Wait (%d timed out), %d walks, %d Cancel, %d List, %d drains, %d Readmit, %d not found, %d admissions",
 		st.n.status.Load(), st.n.reads.Load(), st.n.readBytes.Load(), st.n.readInvalid.Load(), st.n.waits.Load(), st.n.waitOut.Load(), st.n.walks.Load(),
@@ -764,6 +840,7 @@ func (st *stress) verify() {
 		st.fh.readWaits.Load(), st.fh.readWaitOut.Load(), st.fh.follows.Load(), st.fh.followEOF.Load(), st.fh.followOut.Load(), st.fh.followBytes.Load(),
 		st.fh.nexts.Load(), st.fh.nextOut.Load(), st.fh.views.Load(), st.fh.viewMisses.Load(), st.fh.viewLaunches.Load())
 	st.verifyWatches()
+	st.logConversations()
 	if st.failures.Load() > 30 {
 		t.Errorf("%d failures in all (the first 30 shown)", st.failures.Load())
 	}

@@ -123,10 +123,7 @@ func (st *stress) follow(rng *rand.Rand) {
 // little for it, through the Registry or a Session view.
 func (st *stress) nextCompletion(rng *rand.Rand) {
 	session := stressSessions[rng.IntN(len(stressSessions))]
-	reg := st.main
-	if rng.IntN(4) == 0 {
-		reg = st.bad
-	}
+	reg := st.anyReg(rng)
 	st.fh.nexts.Add(1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng.IntN(100))*time.Millisecond)
 	defer cancel()

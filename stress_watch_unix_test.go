@@ -222,7 +222,7 @@ func (st *stress) verifyWatches() {
 		sort.Strings(want)
 		if !slices.Equal(got, want) {
 			st.fail("%s (%s, %d of %d bytes): %d matches to OnMatch; want %d (one per line, and the first): first differences %v",
-				id, kindNames[ss.kind], total, ss.n, len(got), len(want), firstDiff(got, want))
+				id, kindNames[ss.kind], total, ss.n, len(got), len(want), matchDiff(got, want))
 		}
 		matches += len(got)
 		// An added watch: every line from the one in progress when it
@@ -259,7 +259,7 @@ func (st *stress) verifyWatches() {
 		l.watches.Load(), l.watchEnded.Load(), l.drains.Load())
 }
 
-func firstDiff(got, want []string) []string {
+func matchDiff(got, want []string) []string {
 	var d []string
 	for _, k := range got {
 		if !slices.Contains(want, k) {

@@ -89,6 +89,18 @@ type supervisor struct {
 	released             bool // Detach released the job: end lets go of it unfinished
 	settled              bool // p.settle was called
 	over                 bool // runHere supervised the job to its end
+
+	// The leftover phase (Spec.Leftovers LeftoversWait): the shell has
+	// exited, unreaped, while processes of its tree live on; the job
+	// runs on until the watcher (ew, in a goroutine of its own that
+	// closes ewDone as it ends) sees the tree empty, sets
+	// job.treeEmpty and pokes.
+	waiting bool
+	ew      *emptyWatch
+	ewDone  chan struct{}
+	// resume is the stop that an adopted job's last host began and did
+	// not finish; watch begins it again first.
+	resume *outcome
 }
 
 func (r *Registry) newSupervisor(j *job, p *process, rd outputReader, waited <-chan struct{}, watching bool) *supervisor {
@@ -122,8 +134,11 @@ func (s *supervisor) runHere() {
 }
 
 // begin starts to stop the job: SIGTERM now, SIGKILL after the grace.
+// The journal records why first, so that a host that dies meanwhile
+// leaves the job's end known.
 func (s *supervisor) begin(o outcome, now time.Time) {
 	s.stopping, s.cause, s.killAt = true, o, now.Add(s.grace)
+	s.r.jn.stopping(s.j, o)
 	s.signal(false)
 }
 
@@ -166,9 +181,16 @@ func (s *supervisor) watch(until time.Time, quit <-chan struct{}) bool {
 			s.released = true
 			return true
 		}
+		if s.resume != nil {
+			if !s.stopping {
+				s.begin(*s.resume, now)
+			}
+			s.resume = nil
+		}
 		// A stop: by request, or by a timeout, unless the shell has
-		// exited already (its leftovers are end's business).
-		if !s.stopping && s.exitAt.IsZero() {
+		// exited already (its leftovers are end's business), but for
+		// the leftover phase, where the job runs on.
+		if !s.stopping && (s.exitAt.IsZero() || s.waiting) {
 			switch {
 			case j.stopReq.Load() != stopNone:
 				s.begin(outcome{state: Cancelled, exitCode: exitCancelled, reason: stopReason(j.stopReq.Load())}, now)
@@ -176,6 +198,12 @@ func (s *supervisor) watch(until time.Time, quit <-chan struct{}) bool {
 				s.begin(outcome{state: TimedOut, exitCode: exitTimedOut, reason: "timed out after " + j.timeout.String()}, now)
 			case s.idle > 0 && !now.Before(s.lastOut.Add(s.idle)):
 				s.begin(outcome{state: TimedOut, exitCode: exitTimedOut, reason: "idle for " + s.idle.String()}, now)
+			}
+			if s.stopping && s.waiting {
+				// The shell is gone: what is left is leftovers, which
+				// end stops (SIGTERM sent, SIGKILL at killAt).
+				s.waiting = false
+				return true
 			}
 		}
 		// The grace is over, or Close ran out of time: SIGKILL.
@@ -188,8 +216,18 @@ func (s *supervisor) watch(until time.Time, quit <-chan struct{}) bool {
 		if j.exited.Load() {
 			if s.exitAt.IsZero() {
 				s.exitAt = real
+				if !s.stopping && j.spec.Leftovers == LeftoversWait && s.p.leftovers() > 0 {
+					s.waitLeftovers()
+					continue // its timers, now that it runs on
+				}
 			}
-			if s.eof || !real.Before(s.exitAt.Add(drainGrace)) {
+			if s.waiting && j.treeEmpty.Load() {
+				// The last leftover has ended: drain, then end, as if
+				// the shell had exited now.
+				s.waiting = false
+				s.exitAt = real
+			}
+			if !s.waiting && (s.eof || !real.Before(s.exitAt.Add(drainGrace))) {
 				return true
 			}
 		}
@@ -198,7 +236,7 @@ func (s *supervisor) watch(until time.Time, quit <-chan struct{}) bool {
 		// The policy's next deadline (registry clock) and the system's
 		// (real time):
 		var next, realNext time.Time
-		if !s.stopping && s.exitAt.IsZero() {
+		if !s.stopping && (s.exitAt.IsZero() || s.waiting) {
 			next = s.wall
 			if s.idle > 0 {
 				next = earliest(next, s.lastOut.Add(s.idle))
@@ -207,7 +245,7 @@ func (s *supervisor) watch(until time.Time, quit <-chan struct{}) bool {
 		if s.stopping && !s.killed {
 			next = earliest(next, s.killAt)
 		}
-		if !s.exitAt.IsZero() {
+		if !s.exitAt.IsZero() && !s.waiting {
 			realNext = s.exitAt.Add(drainGrace)
 		}
 		if !until.IsZero() {
@@ -217,14 +255,14 @@ func (s *supervisor) watch(until time.Time, quit <-chan struct{}) bool {
 		if !next.IsZero() {
 			deadline = earliest(deadline, real.Add(next.Sub(now)))
 		}
-		if s.eof && !s.watching {
+		if s.eof && (!s.watching || s.waiting) {
 			// The pipe is at its end and the reader does not see the
-			// exit: only a poke (the waiter's, a request) or a deadline
-			// can come.
+			// exit (or has reported it): only a poke (the waiter's, the
+			// leftover watcher's, a request) or a deadline can come.
 			s.timer = waitPoke(j.wake, s.timer, deadline)
 			continue
 		}
-		if !s.stopping && s.exitAt.IsZero() {
+		if !s.stopping && (s.exitAt.IsZero() || s.waiting) {
 			if room := j.matchRoom(); room != nil {
 				// The job's watches have as many matches waiting
 				// for delivery as they may (a slow OnMatch): read
@@ -240,16 +278,17 @@ func (s *supervisor) watch(until time.Time, quit <-chan struct{}) bool {
 				continue
 			}
 		} else {
-			// A stop has begun, or the shell has exited: the job's
-			// end must not wait for OnMatch, so its output is read
-			// whatever waits for delivery.
+			// A stop has begun, or the shell has exited (and the
+			// leftover phase, if any, is over): the job's end must
+			// not wait for OnMatch, so its output is read whatever
+			// waits for delivery.
 			j.unbound()
 		}
 		if !s.haveSet || !next.Equal(s.nextSet) || !realNext.Equal(s.realNextSet) {
 			rd.SetReadDeadline(deadline)
 			s.nextSet, s.realNextSet, s.haveSet = next, realNext, true
 		}
-		if j.pending(s.stopping, s.killed, !s.exitAt.IsZero()) {
+		if j.pending(s.stopping, s.killed, !s.exitAt.IsZero(), s.waiting) {
 			continue // a poke came before the deadline was set
 		}
 		select {
@@ -288,15 +327,23 @@ func (s *supervisor) end() {
 	if s.timer != nil {
 		s.timer.Stop()
 	}
+	s.stopWatch()
 	if s.released {
 		// The process runs on unwatched: end the waiter, let go of the
 		// output and the process, and leave the job unfinished.
+		j.unlist()
 		j.rd.Store(nil)
 		rd.Close()
+		if j.in != nil {
+			// The host's end of its input goes; in durable mode the
+			// holder keeps it open for the next host.
+			j.in.end()
+		}
 		p.unwatch()
 		<-s.waited
 		j.watchUsage(nil)
 		p.close()
+		close(j.released) // a Cancel waiting for the job's end returns
 		return
 	}
 
@@ -329,6 +376,9 @@ func (s *supervisor) end() {
 		notice = fmt.Sprintf("stopped %d leftover process(es) of the job", n)
 	}
 	o := outcome{state: Exited}
+	// No snapshot lists the tree once the shell is reaped: the IDs it
+	// held (its PID, its session's) may be another's from then on.
+	j.unlist()
 	code, err := p.reap()
 	switch {
 	case err == errNoMarker:
@@ -344,6 +394,7 @@ func (s *supervisor) end() {
 	}
 	o.exitCode = code
 	o.usage = p.usage()
+	o.sandboxed = j.spec.Sandbox != nil
 	if s.stopping {
 		o.state, o.exitCode, o.reason = s.cause.state, s.cause.exitCode, s.cause.reason
 	} else if o.state == Exited && code != 0 && !j.limits.IsZero() {
@@ -385,8 +436,8 @@ func (s *supervisor) end() {
 
 // pending reports whether the job has a request or flag the supervisor
 // has not acted on yet.
-func (j *job) pending(stopping, killed, exitSeen bool) bool {
-	if !exitSeen && j.exited.Load() {
+func (j *job) pending(stopping, killed, exitSeen, waiting bool) bool {
+	if !exitSeen && j.exited.Load() || waiting && j.treeEmpty.Load() {
 		return true
 	}
 	if !stopping && j.stopReq.Load() != stopNone {
@@ -446,4 +497,40 @@ func earliest(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// waitLeftovers begins the leftover phase (Spec.Leftovers LeftoversWait):
+// the shell has exited, and is not reaped, so its PID and the IDs of its
+// group and session stay the job's; processes of its tree live on. A
+// watcher goroutine waits for the tree to be empty without touching the
+// process, which is the supervisor's: it has its own means (an inotify
+// watch of the cgroup, its own pidfds of the members, or an interval
+// poll; see emptyWatch) and pokes the job when it is empty. It is
+// counted in the registry's wait group, and end stops it.
+func (s *supervisor) waitLeftovers() {
+	s.waiting = true
+	w := s.p.emptyWatch()
+	done := make(chan struct{})
+	s.ew, s.ewDone = w, done
+	j := s.j
+	s.r.wg.Add(1)
+	go func() {
+		defer s.r.wg.Done()
+		defer close(done)
+		if w.wait() {
+			j.treeEmpty.Store(true)
+			j.poke()
+		}
+	}()
+}
+
+// stopWatch stops the leftover watcher, if there is one, and waits for its
+// goroutine to end.
+func (s *supervisor) stopWatch() {
+	if s.ew == nil {
+		return
+	}
+	s.ew.stop()
+	<-s.ewDone
+	s.ew = nil
 }

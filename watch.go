@@ -34,7 +34,9 @@ import (
 // between the head and the tail that the registry does not keep, and
 // lines that arrive in many small writes. The stream's last line is
 // matched at the job's end even if it has no '\n'. Offsets count the
-// raw stream, as Read's do.
+// raw stream, as Read's do. A TTY job's raw stream is what its terminal
+// got, escape sequences and all: a pattern for a coloured line must
+// allow for them (the line's "\r\n" ends it as "\n" does).
 //
 // A watch fires once, on the first line that matches, unless Every is
 // set: then on every line that matches.
@@ -645,6 +647,9 @@ func (r *Registry) searchHeld(j *job, w *watch, to int64) (m Match, raw, ok bool
 	// The held bytes, copied under the lock and matched outside it.
 	j.mu.Lock()
 	f := j.fin
+	if f != nil && f.raw != nil {
+		f = f.raw // a TTY job's raw stream, which its watches match
+	}
 	var head, tail []byte
 	var tailAt int64
 	if f == nil {

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command bench compares bgjob with os/exec and github.com/go-cmd/cmd on
 // six workloads and prints one table, with bgjob's targets checked row by
 // row. Run it from this directory:
@@ -7,7 +9,8 @@
 //	go run . -strict  # exit 1 if a target is missed
 //
 // It is Linux-only: the foreground latency uses the kernel's process
-// events connector (root) to learn when a child exited.
+// events connector (root) to learn when a child exited. Elsewhere it
+// only says so (other.go).
 package main
 
 import (
@@ -22,6 +25,7 @@ import (
 // sizes of the workloads.
 type sizes struct {
 	spawn       int   // sequential runs per implementation
+	interactive int   // TTY spawns per implementation, and round trips
 	foreground  int   // sequential runs per implementation
 	capture     int64 // bytes
 	captureRuns int   // child processes per implementation
@@ -32,11 +36,11 @@ type sizes struct {
 }
 
 var (
-	full  = sizes{spawn: 1000, foreground: 1000, capture: 1 << 30, captureRuns: 3, fanout: 1000, retained: 10000, calls: 20000, coalesce: 1000}
-	quick = sizes{spawn: 200, foreground: 200, capture: 64 << 20, captureRuns: 3, fanout: 200, retained: 1000, calls: 5000, coalesce: 200}
+	full  = sizes{interactive: 1000, spawn: 1000, foreground: 1000, capture: 1 << 30, captureRuns: 3, fanout: 1000, retained: 10000, calls: 20000, coalesce: 1000}
+	quick = sizes{interactive: 200, spawn: 200, foreground: 200, capture: 64 << 20, captureRuns: 3, fanout: 200, retained: 1000, calls: 5000, coalesce: 200}
 )
 
-var workloads = []string{"spawn", "foreground", "capture", "fanout", "status", "coalesce"}
+var workloads = []string{"spawn", "sandbox", "foreground", "capture", "fanout", "status", "coalesce", "interactive", "tree"}
 
 func main() {
 	var (
@@ -44,11 +48,17 @@ func main() {
 		strict    = flag.Bool("strict", false, "exit 1 if bgjob misses a target")
 		only      = flag.String("only", "", "comma-separated workloads to run: "+strings.Join(workloads, ","))
 		child     = flag.String("capture-child", "", "internal: run one capture in this process")
+		listen    = flag.Bool("listen-child", false, "internal: be a dev server for the tree workload")
+		chatty    = flag.Bool("chatty", false, "internal: with -listen-child, write a line every 500 µs")
 		childN    = flag.Int64("capture-bytes", 0, "internal: bytes for -capture-child")
 	)
 	flag.Parse()
 	if *child != "" {
 		captureChild(*child, *childN)
+		return
+	}
+	if *listen {
+		listenChild(*chatty)
 		return
 	}
 	sz := full
@@ -87,6 +97,14 @@ func main() {
 			argvTrue[0], argvTrue[0], s.argvLike.Round(100*time.Nanosecond), float64(s.argvBgjob)/float64(s.argvLike)))
 		notes = append(notes, fmt.Sprintf("spawn with Limits: %+v, set by the job's shell on itself (ulimit) before it evals the command; bgjob in its session %.2f× os/exec set up as bgjob runs a job, %.2f× bgjob without limits",
 			spawnLimits, float64(s.limited)/float64(s.like), float64(s.limited)/float64(s.session)))
+	})
+	step("sandbox", func() {
+		n := max(sz.spawn/5, 20)
+		s := runSandbox(n)
+		rows = append(rows, sandboxRows(s)...)
+		if s.err == "" {
+			notes = append(notes, fmt.Sprintf("sandbox: %d sequential runs of a sandboxed `true` each, interleaved; os/exec runs the same command line, set up as bgjob runs a job: %s", n, strings.Join(s.argv, " ")))
+		}
 	})
 	step("foreground", func() {
 		rows = append(rows, fgRows(runForeground(sz.foreground))...)
@@ -137,6 +155,23 @@ func main() {
 		rows = append(rows, coalesceRows(c)...)
 		notes = append(notes, fmt.Sprintf("coalesce: %d goroutines released at once, each one Start of `sleep 1`; bgjob processes counted by Telemetry.JobStarted, %d calls joined; os/exec has no coalescing (one exec.Cmd.Start each); burst wall time os/exec %v, bgjob %v",
 			sz.coalesce, c[bgJob].joined, c[osExec].wall.Round(time.Microsecond), c[bgJob].wall.Round(time.Microsecond)))
+	})
+	step("interactive", func() {
+		s := runInteractive(sz.interactive)
+		rows = append(rows, interactiveRows(s)...)
+		notes = append(notes, fmt.Sprintf("interactive: %d sequential runs of /bin/sh -c true on a new pseudo-terminal per implementation, interleaved; os/exec opens it with x/sys/unix as bgjob does, starts the shell with Setsid+Setctty and reads the master to its end; bgjob in its cgroup %.2f× os/exec; round trips: %d lines written one at a time to cat (pipe: median %v; terminal with echo off: median %v)",
+			sz.interactive, float64(s.ttyCgroup)/float64(s.ptyOS), sz.interactive, s.pipeRTT.median().Round(time.Microsecond), s.ttyRTT.median().Round(time.Microsecond)))
+	})
+	step("tree", func() {
+		n := max(sz.calls/10, 500)
+		for _, cg := range []string{"", "off"} {
+			t := runTree(n, cg)
+			rows = append(rows, treeRows(t)...)
+			if t.err == "" {
+				notes = append(notes, fmt.Sprintf("tree (%s): a dev server (a listener and a sleep that its shell left running, LeftoversWait), %d processes and %d port in each snapshot; %d Status calls of it quiet, then %d of a chatty one (a line every 500 µs, 1 ms between calls: %d calls came after output, each listing the tree anew)",
+					t.mode, t.procs, t.ports, n, n, t.chattyListings))
+			}
+		}
 	})
 	failed := render(os.Stdout, rows)
 	fmt.Println()

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -141,6 +143,7 @@ const (
 	spawnCgroupRatio = 1.15 // with a cgroup of its own
 	spawnArgsRatio   = 1.10 // Spec.Args (no shell) against os/exec of the same argv
 	spawnLimitsRatio = 1.15 // with Limits set on each process, in the job's session
+	sandboxRatio     = 1.10 // a sandboxed job against os/exec of the same bwrap command
 	fgMaxP99         = time.Millisecond
 	captureMinRatio  = 0.90
 	captureWatchMin  = 0.85 // with 4 watches
@@ -197,6 +200,19 @@ func spawnRows(s spawnResult) []row {
 		unit:  fmtDur, target: fmt.Sprintf("≤ %.2f× os/exec", spawnLimitsRatio), check: relTo(spawnLimitsRatio, true),
 	}
 	return []row{session, cgroup, args, limits}
+}
+
+func sandboxRows(s sandboxResult) []row {
+	r := row{
+		workload: "1 spawn", metric: "start+wait sandboxed `true`, median",
+		cells: [nImpl]cell{dur(s.osExec), na, dur(s.bgjob)},
+		unit:  fmtDur, target: fmt.Sprintf("≤ %.2f× os/exec of the same bwrap", sandboxRatio), check: relTo(sandboxRatio, true),
+		note: s.err,
+	}
+	if s.err != "" {
+		r.cells = [nImpl]cell{na, na, na}
+	}
+	return []row{r}
 }
 
 func fgRows(f fgResult) []row {
@@ -284,6 +300,20 @@ func statusRows(s statusResult) []row {
 		mk("Read, median", s.read.median(), true),
 		mk("Read, p99", s.read.p99(), false),
 	}
+}
+
+func treeRows(t treeResult) []row {
+	w := "7 dev server, " + t.mode
+	quiet := row{workload: w, metric: "Status with Processes/Ports, median", unit: fmtDur,
+		target: "≤ " + fmtDur(float64(statusMaxMedian)), check: atMost(float64(statusMaxMedian))}
+	chatty := row{workload: w, metric: "Status listing anew (chatty server), median", unit: fmtDur}
+	if t.err != "" {
+		quiet.note, chatty.note = t.err, t.err
+		return []row{quiet, chatty}
+	}
+	quiet.cells[bgJob] = dur(t.quiet.median())
+	chatty.cells[bgJob] = dur(t.chatty.median())
+	return []row{quiet, chatty}
 }
 
 func coalesceRows(c [nImpl]coalesceResult) []row {

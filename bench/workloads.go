@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -610,4 +612,61 @@ func runCoalesce(n int, impl int) coalesceResult {
 func fatalf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
 	os.Exit(2)
+}
+
+// sandboxResult: the sandbox row of workload 1.
+type sandboxResult struct {
+	osExec, bgjob time.Duration // medians
+	argv          []string      // the bwrap command line both ran
+	err           string        // why it could not be measured
+}
+
+// runSandbox measures n sequential runs of a sandboxed `true`: bgjob's,
+// with its default containment, and os/exec of the very bwrap command
+// line bgjob ran (which a Launcher that changes nothing records), set up
+// as bgjob runs a job.
+func runSandbox(n int) sandboxResult {
+	var argv []string
+	reg, err := bgjob.New(bgjob.Config{Launcher: func(a []string) ([]string, error) {
+		argv = a
+		return a, nil
+	}})
+	if err != nil {
+		fatalf("sandbox: %v", err)
+	}
+	defer closeRegistry(reg)
+	res, err := reg.RunForeground(context.Background(), bgjob.Spec{Command: "true", Sandbox: &bgjob.Sandbox{}}, bgjob.Foreground{SoftCap: time.Minute})
+	if err == nil {
+		err = res.Err()
+	}
+	if err != nil || res.ExitCode != 0 {
+		return sandboxResult{err: fmt.Sprintf("no sandbox here: %v %s", err, res.Reason)}
+	}
+	ctx := context.Background()
+	rs := []runner{
+		osExecArgvLikeBgjob(argv...),
+		func() (int, error) {
+			res, err := reg.RunForeground(ctx, bgjob.Spec{Command: "true", Sandbox: &bgjob.Sandbox{}}, bgjob.Foreground{SoftCap: time.Minute})
+			if err == nil && (res.State != bgjob.Exited || res.ExitCode != 0) {
+				err = fmt.Errorf("%v, exit %d: %s", res.State, res.ExitCode, res.Reason)
+			}
+			return res.PID, err
+		},
+	}
+	samples := make([]stat, len(rs))
+	rng := rand.New(rand.NewPCG(7, 8))
+	for i := range n + n/10 {
+		for _, impl := range shuffled(rng, len(rs)) {
+			t0 := time.Now()
+			_, err := rs[impl]()
+			d := time.Since(t0)
+			if err != nil {
+				fatalf("sandbox %d: %v", impl, err)
+			}
+			if i >= n/10 {
+				samples[impl] = append(samples[impl], d)
+			}
+		}
+	}
+	return sandboxResult{osExec: samples[0].median(), bgjob: samples[1].median(), argv: argv}
 }

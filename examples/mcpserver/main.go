@@ -4,9 +4,9 @@
 //
 // Usage:
 //
-//	mcpserver [-dir DIR] [-max-running N] [-progress-interval D] [-kill-grace D]
+//	mcpserver [-dir DIR] [-max-running N] [-queue] [-max-queued N] [-progress-interval D] [-kill-grace D]
 //	          [-head-bytes N] [-tail-bytes N] [-state-dir DIR]
-//	          [-memory SIZE] [-pids N] [-cpu CORES] [-cpu-time D] [-v]
+//	          [-memory SIZE] [-pids N] [-cpu CORES] [-cpu-time D] [-sandbox] [-v]
 //
 // See README.md for the tools and how to register the server with a client.
 package main
@@ -44,6 +44,8 @@ func run(args []string) int {
 	fs.StringVar(&opts.StateDir, "state-dir", "", "keep jobs on disk so they survive a restart of the server (durable mode, Linux); connections then share the session of -session")
 	fs.StringVar(&opts.Session, "session", "", `the bgjob session of every connection (default: one per connection; "default" with -state-dir)`)
 	fs.IntVar(&opts.MaxRunning, "max-running", 0, "most jobs running at once (0: bgjob's default, 64)")
+	fs.BoolVar(&opts.Queue, "queue", false, "a command beyond -max-running waits for a free slot (state queued) instead of failing")
+	fs.IntVar(&opts.MaxQueued, "max-queued", 0, "with -queue, most commands waiting at once (0: bgjob's default, 1024)")
 	fs.DurationVar(&opts.ProgressInterval, "progress-interval", defaultProgressInterval, "how often a waiting shell call sends a progress notification")
 	fs.DurationVar(&opts.KillGrace, "kill-grace", 0, "time between SIGTERM and SIGKILL when a job is stopped (0: bgjob's default, 2s)")
 	fs.IntVar(&opts.HeadBytes, "head-bytes", 0, "first bytes of each job's output to keep (0: bgjob's default, 64 KiB)")
@@ -56,6 +58,7 @@ func run(args []string) int {
 	fs.IntVar(&opts.Limits.Processes, "pids", 0, "most live processes each job may have at once (needs a cgroup v2 pids controller; 0: no limit)")
 	fs.Float64Var(&opts.Limits.CPU, "cpu", 0, "most CPU cores each job may use, such as 1.5 (needs a cgroup v2 cpu controller; 0: no limit)")
 	fs.DurationVar(&opts.Limits.CPUTime, "cpu-time", 0, "most CPU time each process of a job may use (0: no limit)")
+	fs.BoolVar(&opts.Sandbox, "sandbox", false, "run every job in a sandbox (bubblewrap on Linux): it may write the -dir jail (or its cwd) and a private /tmp, read the rest, and reach no network")
 	verbose := fs.Bool("v", false, "log the server's diagnostics to stderr")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -71,6 +74,9 @@ func run(args []string) int {
 
 	srv, err := New(opts)
 	switch {
+	case errors.Is(err, bgjob.ErrUnsupported) && opts.Sandbox && strings.Contains(err.Error(), "sandbox"):
+		fmt.Fprintf(os.Stderr, "mcpserver: -sandbox: %v\n", err)
+		return 2
 	case errors.Is(err, bgjob.ErrUnsupported) && !opts.Limits.IsZero():
 		fmt.Fprintf(os.Stderr, "mcpserver: these limits cannot be enforced here: %v\n", err)
 		return 2

@@ -29,6 +29,14 @@ type Options struct {
 	// If MaxRunning is 0, bgjob's default (64) applies.
 	MaxRunning int
 
+	// Queue makes a command beyond MaxRunning wait for a free slot
+	// instead of failing (bgjob's Config.Queue): it is "queued", with its
+	// place, until a running job ends. A shell call counts the wait
+	// against its wait_ms. MaxQueued bounds the queue (0: bgjob's
+	// default, 1024); past it a call fails as without a queue.
+	Queue     bool
+	MaxQueued int
+
 	// StateDir turns on bgjob's durable mode (Linux): jobs are kept on
 	// disk and outlive the server. Connections then share one bgjob
 	// session (Session, or "default"), so that a restarted server (a new
@@ -56,6 +64,13 @@ type Options struct {
 	// can return. If 0, bgjob's defaults (64 KiB and 1 MiB) apply.
 	HeadBytes int
 	TailBytes int
+
+	// Sandbox runs every job in bgjob's sandbox (bubblewrap on Linux):
+	// it may write the jail (Jail, else its own working directory) and a
+	// private temp dir, read the rest of the filesystem, and reach no
+	// network. New fails, with an error wrapping bgjob.ErrUnsupported,
+	// where the sandbox cannot be made.
+	Sandbox bool
 
 	// Limits bound what each job may use: memory, live processes, CPU
 	// cores and the rest of bgjob.Limits. New fails, with an error
@@ -127,6 +142,8 @@ func New(opts Options) (*Server, error) {
 	}
 	cfg := bgjob.Config{
 		MaxRunning:       opts.MaxRunning,
+		Queue:            opts.Queue,
+		MaxQueued:        opts.MaxQueued,
 		Limits:           opts.Limits,
 		ProgressInterval: opts.ProgressInterval,
 		KillGrace:        opts.KillGrace,
@@ -158,9 +175,15 @@ func New(opts Options) (*Server, error) {
 		}
 		s.jail = jail
 		cfg.Dir = jail
+		if opts.Sandbox {
+			cfg.Sandbox = &bgjob.Sandbox{Writable: []string{jail}}
+		}
 		cfg.Guard = s.guard
 	}
 	s.notify = newNotifier(s)
+	if opts.Sandbox && cfg.Sandbox == nil {
+		cfg.Sandbox = &bgjob.Sandbox{} // each job's working directory is writable
+	}
 	reg, err := bgjob.New(cfg)
 	if err != nil {
 		s.notify.close()
@@ -180,7 +203,9 @@ func New(opts Options) (*Server, error) {
 const instructions = `Run shell commands with the shell tool. A command that is still running ` +
 	`after wait_ms (default 30s) keeps running in the background and the call returns its job_id ` +
 	`with detached: true; follow it with shell_status (incremental output by offset), ` +
-	`shell_wait, or shell_cancel. shell_list shows this connection's jobs. ` +
+	`shell_wait, or shell_cancel. shell_list shows this connection's jobs, and for running ones ` +
+	`their processes and the TCP ports they listen on. For a dev server started in the ` +
+	`background ("npm run dev &"), pass leftovers: "wait" so that the job runs as long as the server. ` +
 	`To start a server or a watcher and go on as soon as it is ready, pass until (a regular expression) ` +
 	`to shell or shell_wait: the call returns the first matching line of output at once, the job goes on. ` +
 	`shell_watch asks to be told of every later line that matches a pattern. ` +

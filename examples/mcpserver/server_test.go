@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -21,7 +23,31 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(listenHelperEnv) == "1" {
+		os.Exit(listenHelper())
+	}
 	goleak.VerifyTestMain(m)
+}
+
+// listenHelperEnv makes the test binary a stand-in for a dev server (the
+// helper-process pattern of os/exec's tests): it listens on an ephemeral
+// loopback port, says "port N", and serves until killed.
+const listenHelperEnv = "MCPSERVER_TEST_LISTEN"
+
+func listenHelper() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("port %d\n", l.Addr().(*net.TCPAddr).Port)
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return 1
+		}
+		c.Close()
+	}
 }
 
 // testDeadline bounds every wait of a test for an event.
@@ -265,7 +291,7 @@ func TestToolsListed(t *testing.T) {
 	for _, tool := range res.Tools {
 		got[tool.Name] = tool
 	}
-	for _, name := range []string{"shell", "shell_status", "shell_wait", "shell_cancel", "shell_list", "shell_watch"} {
+	for _, name := range []string{"shell", "shell_status", "shell_write", "shell_wait", "shell_cancel", "shell_list", "shell_watch"} {
 		tool := got[name]
 		if tool == nil {
 			t.Errorf("tool %s: missing", name)
@@ -279,7 +305,7 @@ func TestToolsListed(t *testing.T) {
 		t.Errorf("got %d tools; want 6", len(res.Tools))
 	}
 	schema, _ := json.Marshal(got["shell"].InputSchema)
-	for _, prop := range []string{"command", "cwd", "timeout_ms", "idle_timeout_ms", "wait_ms", "background", "stdin", "until"} {
+	for _, prop := range []string{"command", "cwd", "timeout_ms", "idle_timeout_ms", "wait_ms", "background", "stdin", "interactive", "tty", "rows", "cols", "leftovers", "priority", "until"} {
 		if !strings.Contains(string(schema), `"`+prop+`"`) {
 			t.Errorf("shell input schema %s: no property %s", schema, prop)
 		}
@@ -696,6 +722,34 @@ func TestMaxRunning(t *testing.T) {
 	c.mustCall("shell", map[string]any{"command": "true"}, nil)
 }
 
+// With Queue, a command beyond MaxRunning waits: the shell call detaches
+// with it queued at its place, shell_list shows it so, and it runs once
+// the running job ends.
+func TestQueue(t *testing.T) {
+	srv := newTestServer(t, Options{MaxRunning: 1, Queue: true, MaxQueued: 1})
+	c := connect(t, srv)
+	first := c.background("sleep 30")
+	var out ShellOutput
+	c.mustCall("shell", map[string]any{"command": "echo queued", "wait_ms": 100}, &out)
+	if !out.Detached || out.State != "queued" || out.QueuePosition != 1 || out.ExitCode != nil {
+		t.Fatalf("got %+v; want detached, queued at place 1", out)
+	}
+	if got := c.mustFail("shell", map[string]any{"command": "echo one too many"}); !strings.Contains(got, "too many") {
+		t.Errorf("past -max-queued: %q; want too many jobs", got)
+	}
+	var list ListOutput
+	c.mustCall("shell_list", nil, &list)
+	if len(list.Jobs) != 2 || list.Jobs[1].State != "queued" || list.Jobs[1].QueuePosition != 1 {
+		t.Errorf("shell_list: %+v; want the second job queued at place 1", list.Jobs)
+	}
+	c.mustCall("shell_cancel", map[string]any{"job_id": first}, nil)
+	var res JobResult
+	c.mustCall("shell_wait", map[string]any{"job_id": out.JobID}, &res)
+	if res.State != "exited" || res.Output != "queued\n" {
+		t.Errorf("queued job: %+v; want exited with its output", res)
+	}
+}
+
 func TestStateDirJobSurvivesRestart(t *testing.T) {
 	state := t.TempDir()
 	first, err := New(Options{StateDir: state, KillGrace: 200 * time.Millisecond})
@@ -772,7 +826,7 @@ func TestLimitsAndUsage(t *testing.T) {
 	c := connect(t, srv)
 	var out ShellOutput
 	res := c.mustCall("shell", map[string]any{"command": "while :; do :; done"}, &out)
-	if out.State != "exited" || out.Reason != "CPU time limit 1s reached" || out.CPUMs < 900 {
+	if out.State != "exited" || out.Reason != "CPU time limit 1s reached" || out.CPUMs < 800 {
 		t.Errorf("spinner: state %s reason %q cpu_ms %d; want stopped by the CPU time limit after about 1 s of CPU", out.State, out.Reason, out.CPUMs)
 	}
 	if txt := text(res); !strings.Contains(txt, "CPU time limit 1s reached.") || !strings.Contains(txt, "of CPU") {
@@ -898,4 +952,60 @@ func TestWatchNotifications(t *testing.T) {
 	}
 	c.mustCall("shell_cancel", map[string]any{"job_id": id}, nil)
 	c.mustFail("shell_watch", map[string]any{"job_id": id, "pattern": "x"})
+}
+
+// A prompt answered through shell_write, then EOF.
+func TestShellWriteAnswersAPrompt(t *testing.T) {
+	srv := newTestServer(t, Options{})
+	c := connect(t, srv)
+	var out ShellOutput
+	c.mustCall("shell", map[string]any{"command": `printf 'name? '; read name; echo "hello, $name"; cat`, "interactive": true}, &out)
+	if !out.Detached || !out.Interactive || out.Output != "name? " {
+		t.Fatalf("shell: detached %v, interactive %v, output %q; want a detached interactive job showing its prompt", out.Detached, out.Interactive, out.Output)
+	}
+	var w WriteOutput
+	c.mustCall("shell_write", map[string]any{"job_id": out.JobID, "text": "bob", "keys": []string{"enter"}}, &w)
+	if w.Written != 4 || w.Output != "hello, bob\n" || w.State != "running" {
+		t.Errorf("shell_write: wrote %d, output %q, state %s; want 4, %q, running", w.Written, w.Output, w.State, "hello, bob\n")
+	}
+	c.mustCall("shell_write", map[string]any{"job_id": out.JobID, "text": "last\n", "eof": true}, &w)
+	if w.State != "exited" || w.ExitCode == nil || *w.ExitCode != 0 || w.Output != "last\n" {
+		t.Errorf("shell_write with eof: state %s, output %q; want exited 0, %q", w.State, w.Output, "last\n")
+	}
+	if msg := c.mustFail("shell_write", map[string]any{"job_id": out.JobID, "text": "x"}); !strings.Contains(msg, "closed") {
+		t.Errorf("shell_write after the end: %q; want it to say the input is closed", msg)
+	}
+	plain := c.background("sleep 5")
+	if msg := c.mustFail("shell_write", map[string]any{"job_id": plain, "text": "x"}); !strings.Contains(msg, "takes no input") {
+		t.Errorf("shell_write to a plain job: %q; want it to say it takes no input", msg)
+	}
+	if msg := c.mustFail("shell_write", map[string]any{"job_id": plain, "keys": []string{"hyper-q"}}); !strings.Contains(msg, "unknown key") {
+		t.Errorf("an unknown key: %q", msg)
+	}
+	c.mustCall("shell_cancel", map[string]any{"job_id": plain}, nil)
+}
+
+// A TTY job's screen comes back from shell, shell_write and shell_status.
+func TestShellTTYScreen(t *testing.T) {
+	srv := newTestServer(t, Options{})
+	c := connect(t, srv)
+	var out ShellOutput
+	c.mustCall("shell", map[string]any{"command": `printf '\033[2J\033[3;5Hsize %s' "$(stty size)"; read _; printf '\033[Hdone'; read _`, "tty": true, "rows": 10, "cols": 40}, &out)
+	if out.Screen == nil || len(out.Screen.Rows) != 10 || out.Screen.Rows[2] != "    size 10 40" {
+		t.Fatalf("shell tty: screen %+v; want 10 rows, row 2 %q", out.Screen, "    size 10 40")
+	}
+	var w WriteOutput
+	c.mustCall("shell_write", map[string]any{"job_id": out.JobID, "keys": []string{"enter"}}, &w)
+	if w.Screen == nil || w.Screen.Rows[0] != "done" {
+		t.Errorf("shell_write: screen %+v; want row 0 %q", w.Screen, "done")
+	}
+	var st StatusOutput
+	res := c.mustCall("shell_status", map[string]any{"job_id": out.JobID}, &st)
+	if st.Screen == nil || st.Screen.Rows[0] != "done" || !strings.Contains(text(res), "--- screen (10 rows") {
+		t.Errorf("shell_status: screen %+v, text %q; want the screen", st.Screen, text(res))
+	}
+	c.mustCall("shell_write", map[string]any{"job_id": out.JobID, "keys": []string{"ctrl-c"}}, &w)
+	if w.State != "exited" || w.ExitCode == nil || *w.ExitCode != 130 {
+		t.Errorf("ctrl-c at read: state %s, exit %v; want exited 130", w.State, w.ExitCode)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,7 +33,13 @@ type ShellInput struct {
 	IdleTimeoutMs int64  `json:"idle_timeout_ms,omitempty" jsonschema:"limit in milliseconds on time without output; 0 means none"`
 	WaitMs        int64  `json:"wait_ms,omitempty" jsonschema:"how long to wait inline before detaching, in milliseconds; 0 means 30000; at most 600000"`
 	Background    bool   `json:"background,omitempty" jsonschema:"start the command and return its job_id at once"`
-	Stdin         string `json:"stdin,omitempty" jsonschema:"text written to the command's standard input, which is then closed"`
+	Stdin         string `json:"stdin,omitempty" jsonschema:"text written to the command's standard input, which is then closed (unless interactive or tty)"`
+	Interactive   bool   `json:"interactive,omitempty" jsonschema:"keep the command's standard input open: send it text, keys and EOF with shell_write; wait_ms defaults to 1000"`
+	TTY           bool   `json:"tty,omitempty" jsonschema:"run the command under a pseudo-terminal (implies interactive), for prompts, REPLs and full-screen programs; shell_status and shell_write then return its screen; wait_ms defaults to 1000"`
+	Rows          int    `json:"rows,omitempty" jsonschema:"the terminal's height with tty; 0 means 24"`
+	Cols          int    `json:"cols,omitempty" jsonschema:"the terminal's width with tty; 0 means 80"`
+	Leftovers     string `json:"leftovers,omitempty" jsonschema:"what happens to processes still running when the shell exits: stop (the default) stops them; wait keeps the job running until the last of them ends, as for a dev server started with &"`
+	Priority      int    `json:"priority,omitempty" jsonschema:"when the server queues commands (-queue), a higher priority starts sooner; default 0"`
 	Until         string `json:"until,omitempty" jsonschema:"a regular expression (Go syntax) matched against each line of output: as soon as a line matches, the call returns that line and the command goes on in the background (detached); waits at most wait_ms"`
 }
 
@@ -47,23 +54,34 @@ func matchInfo(m bgjob.Match) *MatchInfo {
 	return &MatchInfo{Line: m.Line, Offset: m.Offset, Withheld: m.Withheld}
 }
 
+// ScreenOutput is what a TTY job's terminal shows.
+type ScreenOutput struct {
+	Rows      []string `json:"rows" jsonschema:"the visible screen, one string per row, top first"`
+	CursorRow int      `json:"cursor_row" jsonschema:"the cursor's row, from 0"`
+	CursorCol int      `json:"cursor_col" jsonschema:"the cursor's column, from 0"`
+	Notice    string   `json:"notice,omitempty"`
+}
+
 // ShellOutput is the structured result of the shell tool.
 type ShellOutput struct {
-	Detached        bool       `json:"detached" jsonschema:"true if the command is still running: use job_id with shell_status, shell_wait or shell_cancel"`
-	JobID           string     `json:"job_id,omitempty" jsonschema:"the job's ID; set only when detached"`
-	Joined          bool       `json:"joined,omitempty" jsonschema:"an identical command of this session was already running and this call joined it"`
-	State           string     `json:"state" jsonschema:"running, exited, cancelled, timed_out or failed"`
-	ExitCode        *int       `json:"exit_code,omitempty" jsonschema:"the exit status once the command has ended (124 timed out, 130 cancelled, 128+n killed by signal n, -1 failed to start)"`
-	Output          string     `json:"output" jsonschema:"stdout and stderr interleaved; when too long, the head, an omission line and the tail"`
-	OutputBytes     int64      `json:"output_bytes" jsonschema:"bytes the command has written so far"`
-	OmittedBytes    int64      `json:"omitted_bytes,omitempty" jsonschema:"bytes of output_bytes not in output"`
-	NextOffset      int64      `json:"next_offset" jsonschema:"offset to pass to shell_status to read the output that follows"`
-	DurationMs      int64      `json:"duration_ms" jsonschema:"time from start to end, or to now while running"`
-	Reason          string     `json:"reason,omitempty" jsonschema:"why the job failed, timed out, was cancelled or was stopped by a limit"`
-	Notice          string     `json:"notice,omitempty" jsonschema:"truncation, withholding, leftover processes that were stopped"`
-	CPUMs           int64      `json:"cpu_ms,omitempty" jsonschema:"CPU time (user and system) the job's processes used"`
-	PeakMemoryBytes int64      `json:"peak_memory_bytes,omitempty" jsonschema:"the job's peak memory, where the system tells it"`
-	Matched         *MatchInfo `json:"matched,omitempty" jsonschema:"the line that until matched"`
+	Detached        bool          `json:"detached" jsonschema:"true if the command is still running: use job_id with shell_status, shell_wait or shell_cancel"`
+	JobID           string        `json:"job_id,omitempty" jsonschema:"the job's ID; set only when detached"`
+	Joined          bool          `json:"joined,omitempty" jsonschema:"an identical command of this session was already running and this call joined it"`
+	State           string        `json:"state" jsonschema:"queued, running, exited, cancelled, timed_out or failed"`
+	QueuePosition   int           `json:"queue_position,omitempty" jsonschema:"while queued, its place in the queue: 1 starts next"`
+	ExitCode        *int          `json:"exit_code,omitempty" jsonschema:"the exit status once the command has ended (124 timed out, 130 cancelled, 128+n killed by signal n, -1 failed to start)"`
+	Output          string        `json:"output" jsonschema:"stdout and stderr interleaved; when too long, the head, an omission line and the tail"`
+	OutputBytes     int64         `json:"output_bytes" jsonschema:"bytes the command has written so far"`
+	OmittedBytes    int64         `json:"omitted_bytes,omitempty" jsonschema:"bytes of output_bytes not in output"`
+	NextOffset      int64         `json:"next_offset" jsonschema:"offset to pass to shell_status to read the output that follows"`
+	DurationMs      int64         `json:"duration_ms" jsonschema:"time from start to end, or to now while running"`
+	Reason          string        `json:"reason,omitempty" jsonschema:"why the job failed, timed out, was cancelled or was stopped by a limit"`
+	Notice          string        `json:"notice,omitempty" jsonschema:"truncation, withholding, leftover processes that were stopped"`
+	CPUMs           int64         `json:"cpu_ms,omitempty" jsonschema:"CPU time (user and system) the job's processes used"`
+	PeakMemoryBytes int64         `json:"peak_memory_bytes,omitempty" jsonschema:"the job's peak memory, where the system tells it"`
+	Interactive     bool          `json:"interactive,omitempty" jsonschema:"the job takes input: use shell_write"`
+	Screen          *ScreenOutput `json:"screen,omitempty" jsonschema:"a tty job's screen"`
+	Matched         *MatchInfo    `json:"matched,omitempty" jsonschema:"the line that until matched"`
 }
 
 // JobInput names a job.
@@ -80,18 +98,40 @@ type StatusInput struct {
 
 // StatusOutput is the structured result of shell_status.
 type StatusOutput struct {
-	JobID       string `json:"job_id"`
-	Command     string `json:"command"`
-	State       string `json:"state" jsonschema:"running, exited, cancelled, timed_out or failed"`
-	ExitCode    *int   `json:"exit_code,omitempty" jsonschema:"the exit status once the job has ended"`
-	Output      string `json:"output" jsonschema:"output from offset up to next_offset"`
-	Offset      int64  `json:"offset" jsonschema:"absolute offset of the first byte of output"`
-	NextOffset  int64  `json:"next_offset" jsonschema:"pass this as offset to the next shell_status call"`
-	Skipped     int64  `json:"skipped,omitempty" jsonschema:"bytes between the offset asked for and offset that are no longer kept"`
-	OutputBytes int64  `json:"output_bytes" jsonschema:"bytes the job has written so far"`
-	Done        bool   `json:"done" jsonschema:"the job has ended and next_offset is the end of its output: nothing more to read"`
-	Reason      string `json:"reason,omitempty"`
-	Notice      string `json:"notice,omitempty"`
+	JobID       string        `json:"job_id"`
+	Command     string        `json:"command"`
+	State       string        `json:"state" jsonschema:"queued, running, exited, cancelled, timed_out or failed"`
+	ExitCode    *int          `json:"exit_code,omitempty" jsonschema:"the exit status once the job has ended"`
+	Output      string        `json:"output" jsonschema:"output from offset up to next_offset"`
+	Offset      int64         `json:"offset" jsonschema:"absolute offset of the first byte of output"`
+	NextOffset  int64         `json:"next_offset" jsonschema:"pass this as offset to the next shell_status call"`
+	Skipped     int64         `json:"skipped,omitempty" jsonschema:"bytes between the offset asked for and offset that are no longer kept"`
+	OutputBytes int64         `json:"output_bytes" jsonschema:"bytes the job has written so far"`
+	Done        bool          `json:"done" jsonschema:"the job has ended and next_offset is the end of its output: nothing more to read"`
+	Reason      string        `json:"reason,omitempty"`
+	Notice      string        `json:"notice,omitempty"`
+	Screen      *ScreenOutput `json:"screen,omitempty" jsonschema:"a tty job's screen"`
+}
+
+// WriteInput is the input of shell_write.
+type WriteInput struct {
+	JobID  string   `json:"job_id" jsonschema:"an interactive or tty job of this session"`
+	Text   string   `json:"text,omitempty" jsonschema:"text to type, sent first; include \\n to end a line (on a tty, the enter key is also \\r)"`
+	Keys   []string `json:"keys,omitempty" jsonschema:"keys sent after text, in order: enter, tab, esc, backspace, up, down, left, right, home, end, pgup, pgdn, space, or ctrl-A to ctrl-Z (ctrl-c interrupts, ctrl-d is end of file at a line's start)"`
+	EOF    bool     `json:"eof,omitempty" jsonschema:"close the job's input after text and keys (on a tty, type its end-of-file character)"`
+	WaitMs int64    `json:"wait_ms,omitempty" jsonschema:"how long to wait for the job's answer, in milliseconds; 0 means 1000; at most 600000"`
+}
+
+// WriteOutput is the structured result of shell_write.
+type WriteOutput struct {
+	JobID      string        `json:"job_id"`
+	State      string        `json:"state" jsonschema:"running, exited, cancelled, timed_out or failed"`
+	ExitCode   *int          `json:"exit_code,omitempty" jsonschema:"the exit status once the job has ended"`
+	Written    int           `json:"written" jsonschema:"bytes sent to the job"`
+	Output     string        `json:"output" jsonschema:"the output that came after the write, raw (a tty job's holds terminal escape sequences: read its screen)"`
+	Offset     int64         `json:"offset" jsonschema:"absolute offset of output's first byte"`
+	NextOffset int64         `json:"next_offset" jsonschema:"offset to pass to shell_status for what follows"`
+	Screen     *ScreenOutput `json:"screen,omitempty" jsonschema:"a tty job's screen after the write"`
 }
 
 // WaitInput is the input of shell_wait.
@@ -122,7 +162,7 @@ type WatchOutput struct {
 type JobResult struct {
 	JobID           string     `json:"job_id"`
 	Command         string     `json:"command"`
-	State           string     `json:"state" jsonschema:"running, exited, cancelled, timed_out or failed"`
+	State           string     `json:"state" jsonschema:"queued, running, exited, cancelled, timed_out or failed"`
 	Done            bool       `json:"done" jsonschema:"the job has ended"`
 	ExitCode        *int       `json:"exit_code,omitempty" jsonschema:"the exit status once the job has ended"`
 	Output          string     `json:"output" jsonschema:"the job's output; when too long, the head, an omission line and the tail"`
@@ -143,16 +183,26 @@ type ListOutput struct {
 
 // JobInfo describes one job in shell_list.
 type JobInfo struct {
-	JobID       string `json:"job_id"`
-	Command     string `json:"command"`
-	Cwd         string `json:"cwd"`
-	State       string `json:"state"`
-	ExitCode    *int   `json:"exit_code,omitempty"`
-	PID         int    `json:"pid,omitempty"`
-	Started     string `json:"started" jsonschema:"RFC 3339"`
-	Ended       string `json:"ended,omitempty" jsonschema:"RFC 3339"`
-	OutputBytes int64  `json:"output_bytes"`
-	Reason      string `json:"reason,omitempty"`
+	JobID         string        `json:"job_id"`
+	Command       string        `json:"command"`
+	Cwd           string        `json:"cwd"`
+	State         string        `json:"state" jsonschema:"queued, running, exited, cancelled, timed_out or failed"`
+	QueuePosition int           `json:"queue_position,omitempty" jsonschema:"while queued, its place in the queue: 1 starts next"`
+	ExitCode      *int          `json:"exit_code,omitempty"`
+	PID           int           `json:"pid,omitempty"`
+	Started       string        `json:"started" jsonschema:"RFC 3339"`
+	Ended         string        `json:"ended,omitempty" jsonschema:"RFC 3339"`
+	OutputBytes   int64         `json:"output_bytes"`
+	Reason        string        `json:"reason,omitempty"`
+	Processes     []ProcessInfo `json:"processes,omitempty" jsonschema:"while running, the live processes of the job (Linux)"`
+	Ports         []int         `json:"ports,omitempty" jsonschema:"while running, the TCP ports its processes listen on (Linux)"`
+}
+
+// ProcessInfo is a live process of a running job, in shell_list.
+type ProcessInfo struct {
+	PID     int    `json:"pid"`
+	PPID    int    `json:"ppid" jsonschema:"its parent's PID"`
+	Command string `json:"command" jsonschema:"its command line"`
 }
 
 func (s *Server) addTools() {
@@ -170,6 +220,11 @@ func (s *Server) addTools() {
 			"done is true once the job has ended and all its output has been read.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
 	}, s.status)
+	mcp.AddTool(s.mcp, &mcp.Tool{
+		Name: "shell_write",
+		Description: "Send input to a job started with interactive or tty: text, then keys (ctrl-c, enter, up, ...), then eof if set. " +
+			"Waits up to wait_ms for the job to answer and returns what it printed after the write (and a tty job's screen).",
+	}, s.write)
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name: "shell_wait",
 		Description: "Wait until a job ends, at most timeout_ms (default 30s), and return its state, exit code and output. " +
@@ -189,8 +244,9 @@ func (s *Server) addTools() {
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true},
 	}, s.cancel)
 	mcp.AddTool(s.mcp, &mcp.Tool{
-		Name:        "shell_list",
-		Description: "List this session's jobs: running ones and those kept after their end.",
+		Name: "shell_list",
+		Description: "List this session's jobs: queued, running, and those kept after their end. " +
+			"A running job shows its live processes and the TCP ports they listen on (a dev server's port).",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
 	}, s.list)
 }
@@ -213,8 +269,27 @@ func (s *Server) shell(ctx context.Context, req *mcp.CallToolRequest, in ShellIn
 		Stdin:       in.Stdin,
 		Timeout:     time.Duration(in.TimeoutMs) * time.Millisecond,
 		IdleTimeout: time.Duration(in.IdleTimeoutMs) * time.Millisecond,
+		Priority:    in.Priority,
 	}
-	wait, err := duration("wait_ms", in.WaitMs)
+	switch in.Leftovers {
+	case "", "stop":
+	case "wait":
+		spec.Leftovers = bgjob.LeftoversWait
+	default:
+		return nil, ShellOutput{}, fmt.Errorf("leftovers %q: want stop or wait", in.Leftovers)
+	}
+	spec.Interactive = in.Interactive
+	if in.TTY {
+		if in.Rows < 0 || in.Cols < 0 || in.Rows > 1000 || in.Cols > 1000 {
+			return nil, ShellOutput{}, errors.New("rows and cols must be between 0 and 1000")
+		}
+		spec.TTY = &bgjob.TTY{Rows: uint16(in.Rows), Cols: uint16(in.Cols)}
+	}
+	waitMs := in.WaitMs
+	if waitMs == 0 && (in.Interactive || in.TTY) {
+		waitMs = defaultInteractiveWait.Milliseconds() // show the first prompt, then let the caller answer
+	}
+	wait, err := duration("wait_ms", waitMs)
 	if err != nil {
 		return nil, ShellOutput{}, err
 	}
@@ -256,7 +331,7 @@ func (s *Server) shell(ctx context.Context, req *mcp.CallToolRequest, in ShellIn
 		if err != nil {
 			return nil, ShellOutput{}, launchError(err)
 		}
-		out := shellOutput(snap, true)
+		out := s.withScreen(jobs, shellOutput(snap, true), snap)
 		return textResult(shellText(out, 0)), out, nil
 	}
 
@@ -287,7 +362,7 @@ func (s *Server) shell(ctx context.Context, req *mcp.CallToolRequest, in ShellIn
 		snap, _ := jobs.Cancel(res.ID)
 		return nil, shellOutput(snap, false), ctx.Err()
 	}
-	out := shellOutput(res.Snapshot, res.Detached)
+	out := s.withScreen(jobs, shellOutput(res.Snapshot, res.Detached), res.Snapshot)
 	if u != nil {
 		select {
 		case m := <-u.found:
@@ -296,6 +371,52 @@ func (s *Server) shell(ctx context.Context, req *mcp.CallToolRequest, in ShellIn
 		}
 	}
 	return textResult(shellText(out, wait)), out, nil
+}
+
+// defaultInteractiveWait is the wait_ms of an interactive or tty shell
+// call: long enough to show a program's first prompt.
+const defaultInteractiveWait = time.Second
+
+// withScreen adds a detached TTY job's screen to a shell result.
+func (s *Server) withScreen(jobs *bgjob.Session, out ShellOutput, snap bgjob.Snapshot) ShellOutput {
+	out.Interactive = out.Detached && snap.State == bgjob.Running && isInteractive(jobs, snap.ID)
+	if out.Detached {
+		out.Screen = screenOf(jobs, snap.ID)
+	}
+	return out
+}
+
+// isInteractive reports whether a job takes input: a Write of nothing
+// fails with ErrNotInteractive otherwise.
+func isInteractive(jobs *bgjob.Session, id bgjob.ID) bool {
+	_, err := jobs.Write(context.Background(), id, nil)
+	return !errors.Is(err, bgjob.ErrNotInteractive)
+}
+
+// screenOf returns a TTY job's screen, or nil for another job.
+func screenOf(jobs *bgjob.Session, id bgjob.ID) *ScreenOutput {
+	sc, err := jobs.Screen(id)
+	if err != nil {
+		return nil
+	}
+	return &ScreenOutput{Rows: sc.Rows, CursorRow: sc.CursorRow, CursorCol: sc.CursorCol, Notice: sc.Notice}
+}
+
+// screenText is the text form of a screen: its rows down to the last one
+// that is not blank, in a frame.
+func screenText(sc *ScreenOutput) string {
+	last := len(sc.Rows)
+	for last > 0 && sc.Rows[last-1] == "" {
+		last--
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n--- screen (%d rows, cursor at row %d, column %d) ---\n", len(sc.Rows), sc.CursorRow, sc.CursorCol)
+	for _, r := range sc.Rows[:last] {
+		b.WriteString(r)
+		b.WriteByte('\n')
+	}
+	b.WriteString("--- end of screen ---")
+	return b.String()
 }
 
 // duration converts a tool's millisecond argument: 0 is the default wait,
@@ -321,7 +442,7 @@ func launchError(err error) error {
 	case errors.Is(err, bgjob.ErrRejected):
 		return fmt.Errorf("refused: %w", err)
 	case errors.Is(err, bgjob.ErrTooManyRunning):
-		return errors.New("too many jobs are running; wait for or cancel one (see shell_list)")
+		return errors.New("too many jobs are running (or waiting in the queue); wait for or cancel one (see shell_list)")
 	case errors.Is(err, bgjob.ErrInvalidSpec):
 		return fmt.Errorf("invalid call: %w", err)
 	case errors.Is(err, bgjob.ErrClosed):
@@ -346,17 +467,18 @@ func elapsed(snap bgjob.Snapshot) time.Duration {
 
 func shellOutput(snap bgjob.Snapshot, detached bool) ShellOutput {
 	out := ShellOutput{
-		Detached:     detached,
-		Joined:       snap.Joined,
-		State:        snap.State.String(),
-		ExitCode:     exitCode(snap),
-		Output:       snap.Output.Text,
-		OutputBytes:  snap.Output.Total,
-		OmittedBytes: snap.Output.Omitted,
-		NextOffset:   snap.Output.Total,
-		DurationMs:   elapsed(snap).Milliseconds(),
-		Reason:       snap.Reason,
-		Notice:       snap.Output.Notice,
+		Detached:      detached,
+		Joined:        snap.Joined,
+		State:         snap.State.String(),
+		QueuePosition: snap.QueuePosition,
+		ExitCode:      exitCode(snap),
+		Output:        snap.Output.Text,
+		OutputBytes:   snap.Output.Total,
+		OmittedBytes:  snap.Output.Omitted,
+		NextOffset:    snap.Output.Total,
+		DurationMs:    elapsed(snap).Milliseconds(),
+		Reason:        snap.Reason,
+		Notice:        snap.Output.Notice,
 	}
 	out.CPUMs, out.PeakMemoryBytes = usage(snap)
 	if detached {
@@ -370,6 +492,8 @@ func shellOutput(snap bgjob.Snapshot, detached bool) ShellOutput {
 func shellText(out ShellOutput, wait time.Duration) string {
 	var b strings.Builder
 	switch {
+	case out.Detached && out.State == "queued":
+		fmt.Fprintf(&b, "queued (place %d) as %s: it starts when a running job ends.", out.QueuePosition, out.JobID)
 	case out.Detached && wait == 0:
 		fmt.Fprintf(&b, "started in the background as %s.", out.JobID)
 	case out.Detached && out.Matched != nil:
@@ -394,7 +518,12 @@ func shellText(out ShellOutput, wait time.Duration) string {
 	if m := out.Matched; m != nil {
 		b.WriteString(matchText(m))
 	}
-	if out.Output != "" {
+	if out.Interactive {
+		b.WriteString(" It takes input: send it with shell_write.")
+	}
+	if out.Screen != nil {
+		b.WriteString(screenText(out.Screen))
+	} else if out.Output != "" {
 		b.WriteString("\n")
 		b.WriteString(out.Output)
 	}
@@ -461,6 +590,7 @@ func (s *Server) status(_ context.Context, req *mcp.CallToolRequest, in StatusIn
 		Done:        c.Done,
 		Reason:      snap.Reason,
 		Notice:      snap.Output.Notice,
+		Screen:      screenOf(jobs, snap.ID),
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s", out.JobID, out.State)
@@ -476,11 +606,136 @@ func (s *Server) status(_ context.Context, req *mcp.CallToolRequest, in StatusIn
 	} else {
 		fmt.Fprintf(&b, "; next offset %d.", out.NextOffset)
 	}
-	if out.Output != "" {
+	if out.Screen != nil {
+		b.WriteString(screenText(out.Screen))
+	} else if out.Output != "" {
 		b.WriteString("\n")
 		b.WriteString(out.Output)
 	}
 	return textResult(b.String()), out, nil
+}
+
+// keyBytes maps shell_write's key names to what a terminal sends.
+var keyBytes = map[string]string{
+	"enter": "\r", "return": "\r", "tab": "\t", "esc": "\x1b", "escape": "\x1b", "backspace": "\x7f", "space": " ",
+	"up": "\x1b[A", "down": "\x1b[B", "right": "\x1b[C", "left": "\x1b[D",
+	"home": "\x1b[H", "end": "\x1b[F", "pgup": "\x1b[5~", "pgdn": "\x1b[6~", "delete": "\x1b[3~",
+}
+
+// keySeq returns the bytes of a key name; enter is "\n" on a pipe.
+func keySeq(name string, tty bool) (string, error) {
+	k := strings.ToLower(strings.TrimSpace(name))
+	if (k == "enter" || k == "return") && !tty {
+		return "\n", nil
+	}
+	if seq, ok := keyBytes[k]; ok {
+		return seq, nil
+	}
+	if c, ok := strings.CutPrefix(k, "ctrl-"); ok && len(c) == 1 && c[0] >= 'a' && c[0] <= 'z' {
+		return string(rune(c[0] - 'a' + 1)), nil
+	}
+	if c, ok := strings.CutPrefix(k, "ctrl+"); ok && len(c) == 1 && c[0] >= 'a' && c[0] <= 'z' {
+		return string(rune(c[0] - 'a' + 1)), nil
+	}
+	return "", fmt.Errorf("unknown key %q: use enter, tab, esc, backspace, space, up, down, left, right, home, end, pgup, pgdn, delete or ctrl-a to ctrl-z", name)
+}
+
+// settle is how long shell_write waits after the job's last output before
+// it takes the answer as whole (the wait_ms bound applies too).
+const settle = 150 * time.Millisecond
+
+func (s *Server) write(ctx context.Context, req *mcp.CallToolRequest, in WriteInput) (*mcp.CallToolResult, WriteOutput, error) {
+	jobs := s.jobs(req.Session)
+	id := bgjob.ID(in.JobID)
+	before, err := jobs.Status(id)
+	if err != nil {
+		return nil, WriteOutput{}, notFound(in.JobID)
+	}
+	tty := screenOf(jobs, id) != nil
+	data := in.Text
+	for _, k := range in.Keys {
+		seq, err := keySeq(k, tty)
+		if err != nil {
+			return nil, WriteOutput{}, err
+		}
+		data += seq
+	}
+	if in.WaitMs < 0 {
+		return nil, WriteOutput{}, errors.New("wait_ms must not be negative")
+	}
+	waitMs := in.WaitMs
+	if waitMs == 0 {
+		waitMs = defaultInteractiveWait.Milliseconds()
+	}
+	wait, _ := duration("wait_ms", waitMs)
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	out := WriteOutput{JobID: in.JobID}
+	if data != "" {
+		out.Written, err = jobs.Write(wctx, id, []byte(data))
+	}
+	if err == nil && in.EOF {
+		err = jobs.CloseInput(id)
+	}
+	switch {
+	case errors.Is(err, bgjob.ErrNotInteractive):
+		return nil, WriteOutput{}, errors.New("the job was not started with interactive or tty: it takes no input")
+	case errors.Is(err, bgjob.ErrInputClosed):
+		return nil, WriteOutput{}, fmt.Errorf("the job's input is closed (it was closed with eof, or the job ended or stopped reading): %w", err)
+	case err != nil:
+		return nil, WriteOutput{}, err
+	}
+	// The answer: output from the offset before the write, until the job
+	// is quiet for a moment, ends, or wait_ms passes.
+	off := before.Output.Total
+	var b strings.Builder
+	out.Offset = off
+	for {
+		c, err := jobs.ReadWait(wctx, id, off, maxMaxBytes)
+		if err != nil {
+			break
+		}
+		b.WriteString(c.Data)
+		off = c.Next
+		if c.Done || b.Len() >= maxMaxBytes {
+			break
+		}
+		// Wait on for more only while it keeps coming.
+		sctx, scancel := context.WithTimeout(wctx, settle)
+		c, err = jobs.ReadWait(sctx, id, off, maxMaxBytes)
+		scancel()
+		if err != nil {
+			break
+		}
+		b.WriteString(c.Data)
+		off = c.Next
+		if c.Done {
+			break
+		}
+	}
+	out.NextOffset = off
+	snap, err := jobs.Status(id)
+	if err != nil {
+		return nil, WriteOutput{}, notFound(in.JobID)
+	}
+	out.State, out.ExitCode = snap.State.String(), exitCode(snap)
+	out.Screen = screenOf(jobs, id)
+	if out.Screen == nil {
+		out.Output = b.String()
+	}
+	var t strings.Builder
+	fmt.Fprintf(&t, "%s %s", out.JobID, out.State)
+	if out.ExitCode != nil {
+		fmt.Fprintf(&t, ", exit code %d", *out.ExitCode)
+	}
+	fmt.Fprintf(&t, "; wrote %d bytes; output bytes %d to %d.", out.Written, out.Offset, out.NextOffset)
+	if out.Screen != nil {
+		t.WriteString(screenText(out.Screen))
+	} else if out.Output != "" {
+		t.WriteString("\n")
+		t.WriteString(out.Output)
+	}
+	return textResult(t.String()), out, nil
 }
 
 func max64(a, b int64) int64 {
@@ -666,25 +921,43 @@ func (s *Server) list(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (
 	fmt.Fprintf(&b, "%d jobs.", len(snaps))
 	for _, snap := range snaps {
 		info := JobInfo{
-			JobID:       string(snap.ID),
-			Command:     snap.Command,
-			Cwd:         snap.Dir,
-			State:       snap.State.String(),
-			ExitCode:    exitCode(snap),
-			PID:         snap.PID,
-			Started:     snap.Started.UTC().Format(time.RFC3339Nano),
-			OutputBytes: snap.Output.Total,
-			Reason:      snap.Reason,
+			JobID:         string(snap.ID),
+			Command:       snap.Command,
+			Cwd:           snap.Dir,
+			State:         snap.State.String(),
+			QueuePosition: snap.QueuePosition,
+			ExitCode:      exitCode(snap),
+			PID:           snap.PID,
+			Started:       snap.Started.UTC().Format(time.RFC3339Nano),
+			OutputBytes:   snap.Output.Total,
+			Reason:        snap.Reason,
+			Ports:         snap.Ports,
 		}
 		if !snap.Ended.IsZero() {
 			info.Ended = snap.Ended.UTC().Format(time.RFC3339Nano)
 		}
+		for _, p := range snap.Processes {
+			info.Processes = append(info.Processes, ProcessInfo{PID: p.PID, PPID: p.PPID, Command: p.Command})
+		}
 		out.Jobs = append(out.Jobs, info)
 		fmt.Fprintf(&b, "\n%s %s", info.JobID, info.State)
-		if info.ExitCode != nil {
+		switch {
+		case info.ExitCode != nil:
 			fmt.Fprintf(&b, " (exit %d)", *info.ExitCode)
+		case info.QueuePosition > 0:
+			fmt.Fprintf(&b, " (place %d)", info.QueuePosition)
 		}
 		fmt.Fprintf(&b, ": %s", oneLine(info.Command, 80))
+		if len(info.Ports) > 0 {
+			ports := make([]string, len(info.Ports))
+			for i, p := range info.Ports {
+				ports[i] = strconv.Itoa(p)
+			}
+			fmt.Fprintf(&b, "\n  listening on port %s", strings.Join(ports, ", "))
+		}
+		for _, p := range info.Processes {
+			fmt.Fprintf(&b, "\n  pid %d (parent %d): %s", p.PID, p.PPID, oneLine(p.Command, 80))
+		}
 	}
 	return textResult(b.String()), out, nil
 }

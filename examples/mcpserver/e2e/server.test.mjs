@@ -7,6 +7,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, mkdirSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { createConnection, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -125,14 +126,14 @@ test('lists the six tools with input and output schemas', async () => {
   try {
     const { tools } = await s.client.listTools();
     const names = tools.map((t) => t.name).sort();
-    assert.deepEqual(names, ['shell', 'shell_cancel', 'shell_list', 'shell_status', 'shell_wait', 'shell_watch']);
+    assert.deepEqual(names, ['shell', 'shell_cancel', 'shell_list', 'shell_status', 'shell_wait', 'shell_watch', 'shell_write']);
     for (const t of tools) {
       assert.equal(t.inputSchema.type, 'object', `${t.name} input schema`);
       assert.equal(t.outputSchema?.type, 'object', `${t.name} output schema`);
     }
     const shell = tools.find((t) => t.name === 'shell');
     assert.deepEqual(shell.inputSchema.required, ['command']);
-    for (const p of ['command', 'cwd', 'timeout_ms', 'idle_timeout_ms', 'wait_ms', 'background', 'stdin', 'until']) {
+    for (const p of ['command', 'cwd', 'timeout_ms', 'idle_timeout_ms', 'wait_ms', 'background', 'stdin', 'interactive', 'tty', 'rows', 'cols', 'leftovers', 'priority', 'until']) {
       assert.ok(p in shell.inputSchema.properties, `shell input has ${p}`);
     }
   } finally {
@@ -266,6 +267,61 @@ test('two clients cannot see each other\'s jobs', async () => {
   }
 });
 
+test('shell_list shows a dev server\'s processes and port; cancel frees the port', async () => {
+  const s = await start();
+  try {
+    // A dev server its shell starts in the background (node, which this
+    // test runs on, as the server), kept running with leftovers: "wait".
+    const server = `${JSON.stringify(process.execPath)} -e "require('net').createServer().listen(0, '127.0.0.1', function () { console.log('port ' + this.address().port) })"`;
+    const res = await s.ok('shell', { command: `${server} & echo started`, background: true, leftovers: 'wait' });
+    const id = res.structuredContent.job_id;
+    let port = 0;
+    const until = Date.now() + DEADLINE_MS;
+    while (!port) {
+      const st = (await s.ok('shell_status', { job_id: id })).structuredContent;
+      const m = /port (\d+)/.exec(st.output);
+      if (m) port = Number(m[1]);
+      else {
+        assert.ok(Date.now() < until && !st.done, `the server said its port: ${JSON.stringify(st)}`);
+        await s.ok('shell_wait', { job_id: id, timeout_ms: 100 });
+      }
+    }
+    const list = await s.ok('shell_list');
+    const job = list.structuredContent.jobs.find((j) => j.job_id === id);
+    assert.equal(job.state, 'running', 'the job runs as long as its server');
+    assert.deepEqual(job.ports, [port]);
+    assert.ok(job.processes.some((p) => p.command.includes('createServer')), `the server among ${JSON.stringify(job.processes)}`);
+    assert.match(list.content[0].text, new RegExp(`listening on port ${port}`));
+
+    assert.equal((await s.ok('shell_cancel', { job_id: id })).structuredContent.state, 'cancelled');
+    await assert.rejects(new Promise((resolve, reject) => {
+      const c = createConnection(port, '127.0.0.1', () => { c.end(); resolve(); });
+      c.on('error', reject);
+    }), /ECONNREFUSED/, 'the port is free after cancel');
+  } finally {
+    await s.close();
+  }
+});
+
+test('-queue: a command beyond -max-running waits, queued, and runs when a slot frees', async () => {
+  const s = await start(['-max-running', '1', '-queue']);
+  try {
+    const { job_id: first } = (await s.ok('shell', { command: 'sleep 60', background: true })).structuredContent;
+    const q = (await s.ok('shell', { command: 'echo my turn', wait_ms: 200 })).structuredContent;
+    assert.equal(q.detached, true);
+    assert.equal(q.state, 'queued');
+    assert.equal(q.queue_position, 1);
+    const list = (await s.ok('shell_list')).structuredContent;
+    assert.deepEqual(list.jobs.map((j) => [j.state, j.queue_position]), [['running', undefined], ['queued', 1]]);
+    await s.ok('shell_cancel', { job_id: first });
+    const w = (await s.ok('shell_wait', { job_id: q.job_id, timeout_ms: DEADLINE_MS })).structuredContent;
+    assert.equal(w.state, 'exited');
+    assert.equal(w.output, 'my turn\n');
+  } finally {
+    await s.close();
+  }
+});
+
 test('-state-dir: a background job survives a restart of the server', async () => {
   const state = join(tmp, 'state');
   const first = await start(['-state-dir', state]);
@@ -323,6 +379,47 @@ test('shell with until returns the ready line and leaves the server running', as
   }
 });
 
+// awaitScreen calls shell_status until the job's screen satisfies ok (the
+// screen follows the job's output, which comes when it comes), or fails
+// at the deadline; between calls it blocks in shell_wait, not in a sleep.
+async function awaitScreen(s, id, ok, what) {
+  const until = Date.now() + DEADLINE_MS;
+  for (;;) {
+    const st = (await s.ok('shell_status', { job_id: id })).structuredContent;
+    assert.ok(st.screen, 'a tty job\'s status has its screen');
+    if (ok(st.screen.rows)) return st;
+    assert.ok(Date.now() < until, `screen never showed ${what}: ${JSON.stringify(st.screen.rows)}`);
+    assert.ok(!st.done, `job ended before its screen showed ${what}`);
+    await s.ok('shell_wait', { job_id: id, timeout_ms: 100 });
+  }
+}
+
+test('answers a prompt with shell_write (read, then echo)', async () => {
+  const s = await start();
+  try {
+    const cmd = 'printf "name? "; read name; echo "hello, $name"; read more; echo "and $more"';
+    const out = (await s.ok('shell', { command: cmd, interactive: true })).structuredContent;
+    assert.equal(out.detached, true);
+    assert.equal(out.interactive, true);
+    assert.equal(out.output, 'name? ');
+    const w = (await s.ok('shell_write', { job_id: out.job_id, text: 'ada', keys: ['enter'] })).structuredContent;
+    assert.equal(w.written, 4);
+    assert.equal(w.output, 'hello, ada\n');
+    assert.equal(w.state, 'running');
+    const end = (await s.ok('shell_write', { job_id: out.job_id, text: 'more\n', eof: true })).structuredContent;
+    assert.equal(end.output, 'and more\n');
+    const done = (await s.ok('shell_wait', { job_id: out.job_id })).structuredContent;
+    assert.equal(done.state, 'exited');
+    assert.equal(done.exit_code, 0);
+    assert.equal(done.output, 'name? hello, ada\nand more\n');
+    const late = await s.call('shell_write', { job_id: out.job_id, text: 'x' });
+    assert.ok(late.isError, 'writing to an ended job is a tool error');
+    assert.match(late.content[0].text, /input is closed/);
+  } finally {
+    await s.close();
+  }
+});
+
 test('shell_watch pushes each matching line as a notification', async () => {
   const s = await start();
   try {
@@ -345,5 +442,117 @@ test('shell_watch pushes each matching line as a notification', async () => {
     assert.equal(late.isError, true, 'an ended job cannot be watched');
   } finally {
     await s.close();
+  }
+});
+
+test('drives a REPL (bc) in a terminal', async () => {
+  const s = await start();
+  try {
+    const out = (await s.ok('shell', { command: 'bc -q', tty: true, rows: 12, cols: 60 })).structuredContent;
+    assert.equal(out.detached, true);
+    assert.equal(out.screen.rows.length, 12);
+    let w = (await s.ok('shell_write', { job_id: out.job_id, text: '2^10', keys: ['enter'] })).structuredContent;
+    if (!w.screen.rows.includes('1024')) {
+      await awaitScreen(s, out.job_id, (rows) => rows.includes('1024'), '1024');
+    }
+    w = (await s.ok('shell_write', { job_id: out.job_id, text: 'scale=3; 10/4\n' })).structuredContent;
+    const st = await awaitScreen(s, out.job_id, (rows) => rows.includes('2.500'), '2.500');
+    // What was typed is echoed by the terminal, each answer on its line.
+    const rows = st.screen.rows;
+    assert.deepEqual(rows.slice(0, 4), ['2^10', '1024', 'scale=3; 10/4', '2.500']);
+    // Ctrl-D at the start of a line: bc reads end of file and exits.
+    await s.ok('shell_write', { job_id: out.job_id, eof: true });
+    const done = (await s.ok('shell_wait', { job_id: out.job_id })).structuredContent;
+    assert.equal(done.state, 'exited');
+    assert.equal(done.exit_code, 0);
+    assert.match(done.output, /2\^10\n1024\n/, 'the text of a tty job is its stream without escape sequences, \\r\\n as \\n');
+  } finally {
+    await s.close();
+  }
+});
+
+test('interrupts a sleep in a terminal with ctrl-c', async () => {
+  const s = await start();
+  try {
+    const out = (await s.ok('shell', { command: 'sleep 100', tty: true, wait_ms: 100 })).structuredContent;
+    assert.equal(out.state, 'running');
+    // As a person would: press ctrl-c until it takes (the shell may still
+    // be starting sleep at the first press, and a shell starting a
+    // program holds an interrupt back).
+    let done;
+    for (let i = 0; i < 20 && !done?.done; i++) {
+      await s.ok('shell_write', { job_id: out.job_id, keys: ['ctrl-c'], wait_ms: 50 });
+      done = (await s.ok('shell_wait', { job_id: out.job_id, timeout_ms: 1000 })).structuredContent;
+    }
+    assert.equal(done.state, 'exited');
+    assert.equal(done.exit_code, 130, 'killed by SIGINT, as a shell reports it');
+    assert.ok(done.duration_ms < 30_000);
+  } finally {
+    await s.close();
+  }
+});
+
+test('shows a full-screen program\'s redraws', async () => {
+  const s = await start();
+  try {
+    // Clears the screen, then redraws a header, a counter at row 5 and a
+    // footer at the bottom at each key, as full-screen programs do.
+    const cmd = `printf '\\033[?1049h'; i=1; while [ $i -le 3 ]; do ` +
+      `printf '\\033[2J\\033[HFRAME %s of 3\\033[5;10Hcount=%s\\033[10;1Hpress enter' $i $((i*i)); read _; i=$((i+1)); done; ` +
+      `printf '\\033[?1049l'; echo bye`;
+    const out = (await s.ok('shell', { command: cmd, tty: true, rows: 10, cols: 40 })).structuredContent;
+    let st = await awaitScreen(s, out.job_id, (rows) => rows[0] === 'FRAME 1 of 3', 'frame 1');
+    assert.equal(st.screen.rows[4], '         count=1');
+    assert.equal(st.screen.rows[9], 'press enter');
+    await s.ok('shell_write', { job_id: out.job_id, keys: ['enter'] });
+    st = await awaitScreen(s, out.job_id, (rows) => rows[0] === 'FRAME 2 of 3', 'frame 2');
+    assert.equal(st.screen.rows[4], '         count=4');
+    assert.deepEqual(st.screen.rows.filter((r) => r !== ''), ['FRAME 2 of 3', '         count=4', 'press enter'], 'the old frame is gone');
+    assert.equal(st.screen.cursor_row, 9);
+    await s.ok('shell_write', { job_id: out.job_id, keys: ['enter'] });
+    await awaitScreen(s, out.job_id, (rows) => rows[4] === '         count=9', 'frame 3');
+    await s.ok('shell_write', { job_id: out.job_id, keys: ['enter'] });
+    const done = (await s.ok('shell_wait', { job_id: out.job_id })).structuredContent;
+    assert.equal(done.state, 'exited');
+    assert.match(done.output, /bye\n$/);
+  } finally {
+    await s.close();
+  }
+});
+
+test('-sandbox: a write outside the jail and a network connection fail, and work without it', async (t) => {
+  // A server on the host's loopback for the job to reach.
+  const server = createServer((c) => c.end('hello\n'));
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address();
+  const outside = join(tmp, 'outside', 'written');
+  const write = { command: `echo x > ${outside}` };
+  const connect = { command: `bash -c 'exec 3<>/dev/tcp/127.0.0.1/${port} && head -n1 <&3'` };
+  const inside = { command: 'echo kept > in-jail && cat in-jail' };
+  try {
+    const off = await start();
+    try {
+      assert.equal((await off.ok('shell', write)).structuredContent.exit_code, 0);
+      assert.ok(existsSync(outside), 'without the sandbox the write lands');
+      rmSync(outside);
+      assert.equal((await off.ok('shell', connect)).structuredContent.output, 'hello\n');
+    } finally {
+      await off.close();
+    }
+    const on = await start(['-sandbox']);
+    try {
+      const w = (await on.ok('shell', write)).structuredContent;
+      assert.notEqual(w.exit_code, 0, `sandboxed write outside the jail: ${w.output}`);
+      assert.ok(!existsSync(outside), 'the sandboxed write must not reach the host');
+      const c = (await on.ok('shell', connect)).structuredContent;
+      assert.notEqual(c.exit_code, 0, `sandboxed connection: ${c.output}`);
+      assert.doesNotMatch(c.output, /hello/);
+      const i = (await on.ok('shell', inside)).structuredContent;
+      assert.equal(i.output, 'kept\n', 'the jail stays writable');
+    } finally {
+      await on.close();
+    }
+  } finally {
+    server.close();
   }
 });
