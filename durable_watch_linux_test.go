@@ -362,3 +362,64 @@ func TestDurableWatchHoles(t *testing.T) {
 	}
 	r1.Close(ctxT(t))
 }
+
+// A queued job's watches, those of its Spec and one added while it
+// waits, come back with it after a restart (Detach), and match its
+// output once it starts; in memory a watch added to a queued job
+// matches from its first byte too.
+func TestDurableWatchQueued(t *testing.T) {
+	for _, mode := range []string{"memory", "durable"} {
+		t.Run(mode, func(t *testing.T) {
+			cfg := bgjob.Config{MaxRunning: 1, Queue: true, KillGrace: 500 * time.Millisecond}
+			if mode == "durable" {
+				cfg.StateDir = filepath.Join(t.TempDir(), "state")
+			}
+			log := newMatchLog()
+			first := cfg
+			if mode == "memory" {
+				first.OnMatch = log.on
+			}
+			r1, err := bgjob.New(first)
+			if err != nil {
+				t.Fatal(err)
+			}
+			blocker, err := r1.Start(ctxT(t), bgjob.Spec{Command: "exec sleep 300"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			q, err := r1.Start(ctxT(t), bgjob.Spec{Command: "echo hello world", Watches: []bgjob.Watch{{Name: "spec", Pattern: rx(`^hello`)}}})
+			if err != nil || q.State != bgjob.Queued {
+				t.Fatalf("queued launch: %v, %v; want queued", q.State, err)
+			}
+			if err := r1.Watch(q.ID, bgjob.Watch{Name: "added", Pattern: rx(`world$`)}); err != nil {
+				t.Fatalf("Watch of a queued job: %v", err)
+			}
+			r := r1
+			if mode == "durable" {
+				if err := r1.Detach(); err != nil {
+					t.Fatal(err)
+				}
+				cfg.OnMatch = log.on
+				r = newRegistry(t, cfg)
+			} else {
+				t.Cleanup(func() { r1.Close(context.Background()) })
+			}
+			if _, err := r.Cancel(blocker.ID); err != nil {
+				t.Fatal(err)
+			}
+			if s := wait(t, r, q.ID); s.State != bgjob.Exited {
+				t.Fatalf("queued job: %v; want exited", s.State)
+			}
+			got := map[string]int64{}
+			for _, m := range log.await(t, 2) {
+				if m.ID != q.ID || m.Line != "hello world" {
+					t.Errorf("match %+v; want the queued job's line", m)
+				}
+				got[m.Watch] = m.Offset
+			}
+			if len(got) != 2 || got["spec"] != 0 || got["added"] != 0 {
+				t.Errorf("matches by watch %v; want spec and added at 0", got)
+			}
+		})
+	}
+}
