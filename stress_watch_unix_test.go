@@ -129,8 +129,9 @@ func (st *stress) waitFor(rng *rand.Rand) {
 		st.notFound("WaitFor", err)
 	default:
 		st.wl.waitForHits.Add(1)
+		// The stream's last line matches without its '\n' too.
 		l := int64(len(ss.word) + 1)
-		if m.ID != id || m.Watch != "" || m.Offset < from || m.Offset%l != 0 || m.Offset+l > ss.n || m.Line != ss.word || m.Withheld {
+		if m.ID != id || m.Watch != "" || m.Offset < from || m.Offset%l != 0 || m.Offset+l-1 > ss.n || m.Line != ss.word || m.Withheld {
 			st.fail("WaitFor(%s, %d) = %+v; want a whole line of %q at or after %d", id, from, m, ss.word, from)
 		}
 	}
@@ -160,15 +161,19 @@ func (st *stress) addWatch(rng *rand.Rand) {
 // verifyWatches checks, once the registries are closed, every run's
 // matches against the bytes it printed.
 func (st *stress) verifyWatches() {
-	for _, s := range stressSessions {
-		st.drainMatches(st.main.r, s)
-	}
+	// Every registry's runs: a job with watches may run on any (the
+	// queue's too), and each registry's IDs are its own.
 	bytes := map[bgjob.ID][]int64{}
-	st.main.rec.mu.Lock()
-	for _, e := range st.main.rec.finished {
-		bytes[e.ID] = append(bytes[e.ID], e.Bytes)
+	for _, reg := range []*stressReg{st.main, st.bad, st.queue} {
+		for _, s := range stressSessions {
+			st.drainMatches(reg.r, s)
+		}
+		reg.rec.mu.Lock()
+		for _, e := range reg.rec.finished {
+			bytes[e.ID] = append(bytes[e.ID], e.Bytes)
+		}
+		reg.rec.mu.Unlock()
 	}
-	st.main.rec.mu.Unlock()
 	l := &st.wl
 	l.mu.Lock()
 	defer l.mu.Unlock()
