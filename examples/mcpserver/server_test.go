@@ -301,8 +301,8 @@ func TestToolsListed(t *testing.T) {
 			t.Errorf("tool %s: got input schema %v, output schema %v, description %q; want all set", name, tool.InputSchema != nil, tool.OutputSchema != nil, tool.Description)
 		}
 	}
-	if len(res.Tools) != 6 {
-		t.Errorf("got %d tools; want 6", len(res.Tools))
+	if len(res.Tools) != 7 {
+		t.Errorf("got %d tools; want 7", len(res.Tools))
 	}
 	schema, _ := json.Marshal(got["shell"].InputSchema)
 	for _, prop := range []string{"command", "cwd", "timeout_ms", "idle_timeout_ms", "wait_ms", "background", "stdin", "interactive", "tty", "rows", "cols", "leftovers", "priority", "until"} {
@@ -929,6 +929,9 @@ func TestWatchNotifications(t *testing.T) {
 	dir := t.TempDir()
 	gate := filepath.Join(dir, "gate")
 	id := c.background("echo 'error 0'; while [ ! -e " + gate + " ]; do sleep 0.01; done; echo 'error 1'; echo fine; echo 'error 2'; sleep 30")
+	// The watch matches the lines that end after it is added: once the
+	// server has read "error 0" (shell_wait's until says so), not that.
+	c.mustCall("shell_wait", map[string]any{"job_id": id, "until": `^error 0$`}, nil)
 	var wo WatchOutput
 	c.mustCall("shell_watch", map[string]any{"job_id": id, "pattern": `^error \d`, "every": true}, &wo)
 	if wo.JobID != id || wo.Name != `^error \d` || !wo.Every {
