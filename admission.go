@@ -142,7 +142,7 @@ func admittedOutput(v rawView, a Admitted, notice string) Output {
 func (r *Registry) admitRaw(j *job, v rawView, notice string) *final {
 	text := v.text()
 	a := r.admit(AdmitRequest{ID: j.id, Session: j.spec.Session, Command: j.spec.Command, Text: text, Omitted: v.omitted()})
-	f := &final{out: Output{Total: v.total, Omitted: v.omitted()}}
+	f := &final{out: Output{Total: v.total, Omitted: v.omitted()}, tailLine: v.tailLine}
 	if a.Withhold {
 		f.out.Withheld, f.out.Omitted = true, v.total
 	} else {
@@ -244,7 +244,7 @@ func (r *Registry) Readmit(ctx context.Context) error {
 
 // readmitted returns f with its text replaced by the verdict a.
 func (f *final) readmitted(a Admitted) *final {
-	nf := &final{out: f.out}
+	nf := &final{out: f.out, tailLine: f.tailLine}
 	nf.out.Notice = joinNotices(f.out.Notice, a.Notice)
 	if a.Withhold {
 		nf.out.Text, nf.out.Withheld, nf.out.Omitted = "", true, f.out.Total

@@ -120,6 +120,21 @@ func hashID(h *blake3.Hasher, spec *Spec, dir string, timeout time.Duration) ID 
 		field("leftovers")
 		number(int64(spec.Leftovers))
 	}
+	if len(spec.Watches) > 0 {
+		// So do launches that differ in their watches; those without
+		// keep their IDs.
+		field("watches")
+		number(int64(len(spec.Watches)))
+		for _, w := range spec.Watches {
+			field(w.Name)
+			field(w.Pattern.String())
+			if w.Every {
+				number(1)
+			} else {
+				number(0)
+			}
+		}
+	}
 	if spec.Unique {
 		var nonce [16]byte
 		rand.Read(nonce[:]) // never fails (crypto/rand panics instead)

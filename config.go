@@ -102,6 +102,20 @@ type Config struct {
 	// for long; it never delays another job.
 	OnComplete func(Completion)
 
+	// OnMatch, if not nil, is called once for each match of a watch
+	// (see [Watch]), with the same Match that Matches returns, after it
+	// is queued. It is called from the registry's delivery goroutine,
+	// one match at a time, in the order of each job's lines, never
+	// under the registry's lock and never from a job's supervisor: a
+	// job's output goes on while OnMatch runs. But OnMatch must not
+	// block for long: while a job has 1024 matches waiting for it, the
+	// job's output is no longer read (its writes block) until they are
+	// delivered; a job being stopped, timed out or whose shell has
+	// exited never waits so. So OnMatch must not wait for the end of a
+	// job that matches (Wait, WaitFor on it) either. A Close or Detach
+	// from OnMatch is served as from any hook.
+	OnMatch func(Match)
+
 	// Guard, if not nil, is called with every valid Spec before it is
 	// launched (joins included); an error refuses the launch with an
 	// error that wraps both ErrRejected and Guard's error. Use it for
@@ -133,6 +147,13 @@ type Config struct {
 	// restarts. While the host reads a job's output, the file is kept
 	// within MaxOutputBytes on disk.
 	//
+	// The record also holds the job's watches, how far its output was
+	// matched, and its matches queued and not yet delivered, with
+	// their lines as the Admitter admitted them (admitted again when a
+	// later Registry queues them). While watches still need what the
+	// output file holds, holes are not punched there: with watches, the
+	// file may exceed MaxOutputBytes by up to a quarter of it.
+	//
 	// New on a StateDir that holds records replays them. A finished job
 	// comes back with its state, exit code and text (rebuilt from its
 	// output file through HeadBytes/TailBytes and the Admitter), and its
@@ -163,8 +184,12 @@ type Config struct {
 	// with Reason "spawn aborted". A record that cannot be read is moved
 	// to StateDir/quarantine/ and logged to Logger; it never makes New
 	// fail. Finished jobs are kept within Retention as in memory mode; a
-	// job's folder is removed when it is evicted and its completion was
-	// delivered.
+	// job's folder is removed when it is evicted and its completion and
+	// matches were delivered. A job with watches that ended while no
+	// host ran has its output matched by New, from where the last host
+	// stopped; its matches are queued for Matches (OnMatch is not called
+	// for them, as OnComplete is not for replayed completions). An
+	// adopted job's output is matched from there on as it is read.
 	StateDir string
 
 	// MaxOutputBytes bounds the disk space of a running job's output

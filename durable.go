@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -135,6 +136,41 @@ type record struct {
 	// undelivered; the folder stays until it is delivered.
 	Evicted             bool `json:"evicted,omitempty"`
 	CompletionDelivered bool `json:"completion_delivered"`
+
+	// Watches are the job's watches: Spec.Watches, then those that
+	// Registry.Watch added. Scanned is how far the job's output was
+	// matched against them: every line before it (every piece, with
+	// ScannedCut, when it is a piece's start); a later host matches the
+	// output file from there on, and its holes never reach past it.
+	// Matches are the matches queued and not yet delivered, with their
+	// admitted lines; MatchSeq numbers the job's last match.
+	Watches     []recWatch `json:"watches,omitempty"`
+	Scanned     int64      `json:"scanned,omitempty"`
+	ScannedCut  bool       `json:"scanned_cut,omitempty"`
+	ScannedSkip bool       `json:"scanned_skip,omitempty"` // Scanned is inside a line: skip to its end
+	Matches     []recMatch `json:"matches,omitempty"`
+	MatchSeq    uint64     `json:"match_seq,omitempty"`
+}
+
+// recWatch is a watch in a record. Last is the offset of its last match
+// (-1: none), so that a host that matches the output again skips what
+// was matched before, and a watch without Every that matched is done.
+type recWatch struct {
+	Name    rawText `json:"name"`
+	Pattern rawText `json:"pattern"`
+	Every   bool    `json:"every,omitempty"`
+	From    int64   `json:"from,omitempty"`
+	Last    int64   `json:"last"`
+}
+
+// recMatch is an undelivered match in a record.
+type recMatch struct {
+	Seq      uint64    `json:"seq"`
+	Watch    rawText   `json:"watch"`
+	Offset   int64     `json:"offset"`
+	Line     rawText   `json:"line,omitempty"`
+	Withheld bool      `json:"withheld,omitempty"`
+	At       time.Time `json:"at"`
 }
 
 // stopRecord is a record's account of a stop under way: the end it
@@ -440,14 +476,15 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
-// writeLocked writes the record; rr.mu must be held.
-func (st *store) writeLocked(rr *runRec) {
+// writeLocked writes the record, and reports whether it did; rr.mu must
+// be held.
+func (st *store) writeLocked(rr *runRec) bool {
 	if rr.gone {
-		return
+		return false
 	}
 	unlock, ok := st.relock()
 	if !ok {
-		return
+		return false
 	}
 	defer unlock()
 	b, err := json.Marshal(&rr.rec)
@@ -456,11 +493,12 @@ func (st *store) writeLocked(rr *runRec) {
 	}
 	if err != nil {
 		st.log.Warn("bgjob: write record", "id", rr.rec.ID, "err", err)
-		return
+		return false
 	}
 	// Keep room for the next update (its end, its delivery), taken as the
 	// rename frees the old record's, so it can be written on a full disk.
 	reserveSpare(filepath.Join(rr.dir, recordFile+".tmp"), int64(len(b))+1024)
+	return true
 }
 
 // errUnreadable marks a record that cannot be read or is corrupt (and is
@@ -591,6 +629,9 @@ func (st *store) newRun(j *job, state string) *runRec {
 		l := j.limits
 		rr.rec.Limits = &l
 	}
+	for _, w := range j.spec.Watches {
+		rr.rec.Watches = append(rr.rec.Watches, recWatch{Name: rawText(w.Name), Pattern: rawText(w.Pattern.String()), Every: w.Every, Last: -1})
+	}
 	return rr
 }
 
@@ -703,7 +744,9 @@ func (st *store) wrap(j *job, pl *plan) error {
 	if err := prepareMarker(rr.dir); err != nil {
 		return fmt.Errorf("exit marker: %w", err)
 	}
-	pl.output = outputPlan{file: filepath.Join(rr.dir, outputFile), lim: st.lim, lifeline: st.lifeR, log: st.log}
+	lim := st.lim
+	lim.hold = &j.ws.hold
+	pl.output = outputPlan{file: filepath.Join(rr.dir, outputFile), lim: lim, lifeline: st.lifeR, log: st.log}
 	if j.spec.Interactive {
 		pl.input.fifo = filepath.Join(rr.dir, inputFile)
 		if err := makeFIFO(pl.input.fifo); err != nil {
@@ -798,7 +841,7 @@ func (st *store) delivered(j *job) {
 		return
 	}
 	rr.rec.CompletionDelivered = true
-	if rr.rec.Evicted {
+	if rr.rec.Evicted && len(rr.rec.Matches) == 0 {
 		st.removeLocked(j, rr)
 		return
 	}
@@ -844,7 +887,8 @@ func (st *store) purge() {
 		rr.mu.Lock()
 		switch {
 		case rr.gone:
-		case rr.rec.Pollable && !rr.rec.CompletionDelivered && rr.rec.State != stateStarting && rr.rec.State != Running.String():
+		case rr.rec.State != stateStarting && rr.rec.State != Running.String() &&
+			(rr.rec.Pollable && !rr.rec.CompletionDelivered || len(rr.rec.Matches) > 0):
 			if !rr.rec.Evicted {
 				rr.rec.Evicted = true
 				st.writeLocked(rr)
@@ -947,7 +991,10 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 			switch rec.State {
 			case Queued.String():
 				// It waits in the queue again, in its place: its
-				// generation keeps its order of arrival.
+				// generation keeps its order of arrival. It has not
+				// run: its watches (those added while it waited too)
+				// match from its first byte, as Spec.Watches do.
+				j.spec.Watches = st.specWatches(j, &rr.rec)
 				if why := r.requeue(j, run); why != "" {
 					o = outcome{state: Failed, exitCode: exitUnknown, reason: why}
 					break
@@ -970,10 +1017,13 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 							return nil, fmt.Errorf("adopt %s: %w", rec.ID, err)
 						}
 					}
-					p, rd, err := adoptProcess(rec, run, j.exited.Load, st.lim, r.cg, st.watch)
+					lim := st.lim
+					lim.hold = &j.ws.hold
+					j.ws.hold.Store(math.MaxInt64)
+					p, rd, err := adoptProcess(rec, run, j.exited.Load, lim, r.cg, st.watch)
 					if err == errGone && rec.Leftovers == LeftoversWait {
 						// Its shell is gone; its tree may live on.
-						p, rd, err = adoptLeftovers(rec, run, j.exited.Load, st.lim, r.cg, st.watch)
+						p, rd, err = adoptLeftovers(rec, run, j.exited.Load, lim, r.cg, st.watch)
 					}
 					if err != nil && err != errGone {
 						return nil, fmt.Errorf("adopt %s (process %d): %w", rec.ID, rec.PID, err)
@@ -988,6 +1038,7 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 					}
 					if err == nil {
 						j.out = newOutbuf(r.cfg.HeadBytes, r.cfg.TailBytes)
+						st.restoreWatches(r, j, rr, false)
 						j.pollable = true
 						rr.rec.Pollable = true
 						j.rd.Store(&rd)
@@ -1078,6 +1129,7 @@ func (st *store) restore(r *Registry) (adopted []adoption, err error) {
 			j.pollable, j.finished = rr.rec.Pollable, true
 			close(j.over)
 			close(j.done)
+			st.restoreWatches(r, j, rr, true)
 			if j.pollable && !rr.rec.CompletionDelivered {
 				owed = append(owed, queued{c: Completion{ID: j.id, Session: j.spec.Session, Command: j.spec.Command,
 					State: j.state, ExitCode: j.exitCode, Ended: j.ended}, j: j})
@@ -1192,6 +1244,7 @@ func (r *Registry) requeue(j *job, run string) string {
 	}
 	j.state, j.pid = Queued, 0
 	j.out = newOutbuf(r.cfg.HeadBytes, r.cfg.TailBytes)
+	r.startWatches(j)
 	j.pollable = true // no foreground caller is left to hold it
 	return ""
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -37,6 +38,10 @@ type readLimits struct {
 	keep int64 // the head, rounded up: never punched
 	tail int64 // bytes before the stream's offset that are never punched
 	max  int64 // the disk use that triggers a punch
+	// hold, if not nil, is the offset from which the job's watches may
+	// read the file again after a restart (watchState.hold): never
+	// punched either.
+	hold *atomic.Int64
 }
 
 // holes keeps an output file within its readLimits as the stream grows.
@@ -55,6 +60,9 @@ func (h *holes) punch(fd int, off int64) {
 		return
 	}
 	to := (off - h.lim.tail) &^ 4095
+	if h.lim.hold != nil {
+		to = min(to, h.lim.hold.Load()&^4095)
+	}
 	if to <= h.hole {
 		return
 	}

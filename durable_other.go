@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,7 +18,10 @@ func durableCheck() error {
 	return fmt.Errorf("durable mode on %s: %w", runtime.GOOS, ErrUnsupported)
 }
 
-type readLimits struct{ keep, tail, max int64 }
+type readLimits struct {
+	keep, tail, max int64
+	hold            *atomic.Int64
+}
 
 func bootID() (string, error) { return "", ErrUnsupported }
 

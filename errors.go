@@ -7,8 +7,8 @@ import "errors"
 var (
 	// ErrNotFound: no job with that ID is running or retained, or,
 	// through a [Session] view, none of that session. Returned by
-	// Status, Read, ReadWait, Wait and Cancel (of a Registry or a
-	// Session), and by the Read of a reader from Follow.
+	// Status, Read, ReadWait, Wait, Cancel, Watch and WaitFor (of a
+	// Registry or a Session), and by the Read of a reader from Follow.
 	ErrNotFound = errors.New("bgjob: job not found")
 
 	// ErrClosed: the registry has been closed. Returned by Start,
@@ -55,8 +55,9 @@ var (
 	// such as a negative offset, or an offset inside a line of text that
 	// the Admitter rewrote (continue from Chunk.Next); the message names
 	// it. Returned by Read, ReadWait and a Follow reader's Read, by
-	// Resize for a zero size, and by Wait called from the job's own
-	// Admitter as the job ends.
+	// Watch (no Pattern, a name taken), WaitFor (no pattern, a negative
+	// offset) and Resize for a zero size, and by Wait called from the
+	// job's own Admitter as the job ends.
 	ErrInvalidArgument = errors.New("bgjob: invalid argument")
 
 	// ErrSpawn: the job never ran: its process could not be started (a
@@ -67,6 +68,12 @@ var (
 	// and RunForeground return the job's snapshot with a nil error, since
 	// a job was launched and can be polled: check s.Err() too.
 	ErrSpawn = errors.New("bgjob: job never ran")
+
+	// ErrJobEnded: the job's output has ended. WaitFor returns an
+	// *EndedError that wraps it (and holds the final snapshot) when the
+	// job ends without a line that matches; Watch returns it for a job
+	// that has ended.
+	ErrJobEnded = errors.New("bgjob: job ended")
 
 	// ErrInputClosed: the job's input is closed: by CloseInput, by the
 	// job's end, or by the job itself (it closed its end of the pipe).

@@ -11,6 +11,11 @@ func SetHooks(r *Registry, spawn, collect func(ID)) {
 	r.hookSpawn, r.hookCollect = spawn, collect
 }
 
+// SetHeldHook installs a test hook that a job's supervisor calls each
+// time it stops reading the job's output because the job has as many
+// matches waiting for delivery as it may.
+func SetHeldHook(r *Registry, held func(ID)) { r.hookHeld = held }
+
 // SetClock replaces the registry's clock: retention, job times and the
 // supervisor's timers read it. Call it before the first launch; after
 // moving the clock, call Poke so that running jobs look at it.

@@ -23,6 +23,9 @@ type outcome struct {
 // It is called once per job, by its supervisor or, for a job that never
 // got a process, by spawn.
 func (r *Registry) finish(j *job, o outcome) {
+	if wt := j.ws.wt.Load(); wt != nil {
+		wt.end() // the last line, before a WaitFor caller sees the end
+	}
 	// The input closes (Write fails from now on), and the screen keeps
 	// what it has not been fed, before the raw output goes.
 	if j.in != nil {

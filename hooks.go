@@ -29,6 +29,11 @@ import (
 //     hook's goroutine itself ends after Close returns, once the hook
 //     does: it is the caller.
 //
+// The Admitter and OnMatch of a match run in the delivery goroutine
+// (deliver.go), with no job of their own: a wait from them waits for the
+// job's end (not its hooks), and a Close or Detach from them lets go of
+// the delivery goroutine's count first.
+//
 // A wait for a job's end from that job's final Admitter (the one call
 // that runs while the job ends, before it is finished) cannot be served:
 // Wait returns at once with an error, Cancel at once with the current
@@ -41,6 +46,9 @@ import (
 // hookRun is what the registry knows of a goroutine while it runs a hook.
 type hookRun struct {
 	j *job
+	// release, for the delivery goroutine's hooks (deliver.go), lets
+	// go of its count in the wait group; j is nil then.
+	release func()
 	// sv is the job's supervisor while this goroutine owns it and has
 	// not yet run it (JobStarted); nil otherwise. Only this goroutine
 	// touches it.
@@ -60,6 +68,19 @@ type hookRuns struct {
 func (h *hookRuns) during(j *job, sv *supervisor, hook func()) {
 	g := goid()
 	h.runs.Store(g, &hookRun{j: j, sv: sv})
+	h.hooking.Add(1)
+	defer func() {
+		h.hooking.Add(-1)
+		h.runs.Delete(g)
+	}()
+	hook()
+}
+
+// delivering runs hook (the Admitter or OnMatch) in the delivery goroutine
+// (deliver.go), which release lets go of for a Close from the hook.
+func (h *hookRuns) delivering(release func(), hook func()) {
+	g := goid()
+	h.runs.Store(g, &hookRun{release: release})
 	h.hooking.Add(1)
 	defer func() {
 		h.hooking.Add(-1)
@@ -141,6 +162,10 @@ func (r *Registry) leaveForClose() {
 		return
 	}
 	r.runOwn(h)
+	if h.release != nil {
+		h.release()
+		return
+	}
 	r.launchDone(h.j)
 }
 

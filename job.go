@@ -92,6 +92,13 @@ type Spec struct {
 	// coalesce.
 	Limits Limits
 
+	// Watches are the job's watches from its first byte of output on
+	// (see [Watch]): each Pattern must be non-nil and each Name
+	// distinct. [Registry.Watch] adds one to a running job. Launches
+	// with different watches (names, patterns or Every, in order) are
+	// different jobs: they never coalesce.
+	Watches []Watch
+
 	// Sandbox, if set, says what the job may write, read and reach (see
 	// [Sandbox]); if nil, Config.Sandbox applies. A launch whose sandbox
 	// this host cannot enforce fails before any process starts, with

@@ -3,6 +3,7 @@ package bgjob
 import (
 	"context"
 	"io"
+	"regexp"
 )
 
 // Jobs is the exported method set of [Registry], so that a host can run
@@ -14,8 +15,8 @@ import (
 // An implementation that reaches its jobs over a network keeps those
 // semantics as far as it can and documents where it cannot; a method it
 // cannot offer at all returns an error wrapping ErrUnsupported. The
-// methods whose local form cannot fail (List, Completions, Running,
-// Session) gain no error: such an implementation reports transport
+// methods whose local form cannot fail (List, Completions, Matches,
+// Running, Session) gain no error: such an implementation reports transport
 // trouble in Snapshot.Reason and through a method of its own.
 //
 // A method added to Registry is added here too; the assertion below
@@ -36,6 +37,9 @@ type Jobs interface {
 	CloseInput(id ID) error
 	Resize(id ID, rows, cols uint16) error
 	Screen(id ID) (Screen, error)
+	Watch(id ID, w Watch) error
+	WaitFor(ctx context.Context, id ID, re *regexp.Regexp, from int64) (Match, error)
+	Matches(session string) []Match
 	Session(name string) *Session
 	Running() int
 	Readmit(ctx context.Context) error

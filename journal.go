@@ -58,6 +58,28 @@ type journal interface {
 	// Completions or passed to OnComplete), so that it never is again.
 	delivered(j *job)
 
+	// tracksMatches reports whether the journal keeps watches and their
+	// matches (durable mode): only then does the delivery goroutine hand
+	// it marks of how far each job's matcher got.
+	tracksMatches() bool
+
+	// watched records a watch added to j (Registry.Watch), which matches
+	// from its matcher's mark on. (Spec.Watches are in the record that
+	// launching writes.)
+	watched(j *job, w Watch, from scanMark)
+
+	// matching begins the record of matches of j; the delivery goroutine
+	// calls the function it returns once they are queued, with every
+	// match it has for j (queued reports those in their session's
+	// queue: the rest were dropped) and mark, how far j's matcher got
+	// (at < 0: unknown). Between the two, matchesDelivered of j waits.
+	matching(j *job) func(fs []found, queued []bool, mark scanMark)
+
+	// matchesDelivered records that j's matches up to sequence number
+	// seq were delivered (by Matches, or to OnMatch), so that they
+	// never are again.
+	matchesDelivered(j *job, seq uint64)
+
 	// inputClosed records that CloseInput closed j's input, so that a
 	// later Registry that adopts the job knows.
 	inputClosed(j *job)
@@ -108,6 +130,13 @@ func (memJournal) inputClosed(*job)                      {}
 func (memJournal) forgottenLocked(*job)                  {}
 func (memJournal) purge()                                {}
 func (memJournal) close()                                {}
+func (memJournal) tracksMatches() bool                   { return false }
+func (memJournal) watched(*job, Watch, scanMark)         {}
+func (memJournal) matchesDelivered(*job, uint64)         {}
+
+func (memJournal) matching(*job) func([]found, []bool, scanMark) { return matchNothing }
+
+func matchNothing([]found, []bool, scanMark) {}
 
 func (memJournal) ending(*job) func(outcome, time.Time, bool) { return endNothing }
 

@@ -302,6 +302,10 @@ func (r *Registry) prepare(spec Spec) (Spec, ID, time.Duration, error) {
 	if spec.Interactive {
 		spec.Unique = true // each launch is a conversation of its own
 	}
+	if err := checkWatches(spec.Watches); err != nil {
+		return Spec{}, "", 0, err
+	}
+	spec.Watches = slices.Clone(spec.Watches)
 	spec.Dir = dir
 	spec.Env = maps.Clone(spec.Env)
 	timeout := spec.Timeout
@@ -338,7 +342,7 @@ func (r *Registry) newJob(spec Spec, id ID, timeout time.Duration) *job {
 	if spec.TTY != nil {
 		scr = newScreen(spec.TTY)
 	}
-	return &job{
+	j := &job{
 		in:       in,
 		scr:      scr,
 		id:       id,
@@ -356,6 +360,8 @@ func (r *Registry) newJob(spec Spec, id ID, timeout time.Duration) *job {
 		exitCode: exitUnknown,
 		out:      newOutbuf(r.cfg.HeadBytes, r.cfg.TailBytes),
 	}
+	r.startWatches(j)
+	return j
 }
 
 // ttyTerm is the TERM of a TTY job: what the screen's emulator

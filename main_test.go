@@ -68,6 +68,12 @@ func helper(args []string) int {
 		}
 		w.Flush()
 		return 0
+	case "dribble": // dribble MS TEXT: TEXT one byte per write, MS milliseconds apart
+		for i := 0; i < len(args[2]); i++ {
+			os.Stdout.Write([]byte{args[2][i]})
+			time.Sleep(time.Duration(arg(1)) * time.Millisecond)
+		}
+		return 0
 	case "cat": // cat: stdin to stdout
 		io.Copy(os.Stdout, os.Stdin)
 		return 0

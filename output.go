@@ -15,18 +15,20 @@ const lineSlack = 4096
 
 // The output chain. Every raw chunk a job writes passes down it once, in
 // stream order, from the supervisor (the only writer): first the job's
-// head/tail buffer, which is all of it today. A stage that must see every
-// byte, such as a watch over the lines, goes after the buffer in emit;
-// text leaves the registry only through the Admitter (admission.go),
-// never from here.
+// head/tail buffer, then its watches (watch.go), which see every byte,
+// the dropped ones too. Text leaves the registry only through the
+// Admitter (admission.go), never from here.
 
 // emit passes a raw chunk of j's output down the output chain, and wakes
-// the readers that wait for it.
+// the readers that wait for it: the head/tail buffer, then the watches
+// (watch.go), which may wait for their matches to be delivered.
 func (j *job) emit(p []byte) {
 	j.mu.Lock()
+	base := j.out.total
 	j.out.write(p)
 	j.wakeReadersLocked()
 	j.mu.Unlock()
+	j.emitWatched(p, base)
 }
 
 // wakeReadersLocked wakes the readers waiting for j's output to change.
@@ -187,11 +189,14 @@ type rawView struct {
 	head, tail []byte // the held ranges [0, headEnd) and [tailBegin, total)
 	tailBegin  int64
 	total      int64
+	// tailLine reports that the tail begins at a line's start (held
+	// found a '\n' to begin it after), when bytes were dropped.
+	tailLine bool
 }
 
 func (b *outbuf) view() rawView {
 	headEnd, tailBegin := b.held()
-	v := rawView{tailBegin: tailBegin, total: b.total}
+	v := rawView{tailBegin: tailBegin, total: b.total, tailLine: tailBegin > b.total-int64(b.tailLen())}
 	v.head = b.appendRange(nil, 0, headEnd)
 	if tailBegin > headEnd {
 		v.tail = b.appendRange(nil, tailBegin, b.total)
@@ -267,6 +272,9 @@ type segment struct {
 type final struct {
 	out  Output
 	segs []segment // nil when the text was withheld or is not mapped
+	// tailLine reports that the tail segment begins at a line's start
+	// (see rawView), for WaitFor's search of an ended job.
+	tailLine bool
 	// raw, for a TTY job, is its raw stream admitted, which Read serves,
 	// while out.Text is the stream stripped of escape sequences.
 	raw *final

@@ -52,6 +52,7 @@ type Registry struct {
 	// Test hooks, nil unless a test sets them before the first launch.
 	hookSpawn   func(ID) // called just before a process is spawned
 	hookCollect func(ID) // called just before a foreground caller takes its result
+	hookHeld    func(ID) // called when a supervisor waits for its job's matches to be delivered
 
 	// wg counts what Close and Detach wait for: each launch from its
 	// admission until its supervisor has ended (whoever runs the
@@ -93,6 +94,13 @@ type Registry struct {
 	// every channel of queueWake.
 	over bool
 	ret  retained // finished pollable jobs that nobody holds
+	// matchQueues holds each session's undelivered matches: the
+	// delivery goroutine appends, Matches takes the whole queue.
+	matchQueues map[string]*matchQueue
+
+	// feed holds the matches on their way to the delivery goroutine
+	// (deliver.go), under its own lock.
+	feed feed
 }
 
 // job is one run of a command. Its ID may name several runs over time;
@@ -185,6 +193,9 @@ type job struct {
 	// output (ReadWait) makes it, and the one who closes it clears it,
 	// so that output nobody waits for costs nothing.
 	changed chan struct{}
+
+	// ws is the job's part in watches (watch.go), with its own locking.
+	ws watchState
 }
 
 // queued is a completion waiting in its session's queue, with its job, so
@@ -269,6 +280,7 @@ func New(cfg Config) (*Registry, error) {
 		jobs:           make(map[ID]*job),
 		queues:         make(map[string][]queued),
 		queueWake:      make(map[string]chan struct{}),
+		matchQueues:    make(map[string]*matchQueue),
 	}
 	adopted, err := jn.restore(r)
 	if err != nil {

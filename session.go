@@ -5,15 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 )
 
 // Session is a view of a [Registry] scoped to one session: the
 // registry's methods with the session filled in and checked. Its Start
 // and RunForeground launch jobs of that session; its Status, Read,
-// ReadWait, Follow, Wait, Cancel, Write, CloseInput, Resize and Screen
-// answer ErrNotFound for the ID of another session's job, exactly as for an ID that names no job, so one
-// client of a multi-client host can neither reach nor learn of another's
-// jobs; its List, Completions and NextCompletion are the session's.
+// ReadWait, Follow, Wait, Cancel, Write, CloseInput, Resize, Screen,
+// Watch and WaitFor answer ErrNotFound for the ID of another session's
+// job, exactly as for an ID that names no job, so one client of a
+// multi-client host can neither reach nor learn of another's jobs; its
+// List, Completions, NextCompletion and Matches are the session's.
 //
 // Get one with [Registry.Session], or with [SessionOf] for another
 // implementation of [Jobs] (a fleet client). A Session holds nothing but
@@ -246,3 +248,28 @@ func (s *Session) Screen(id ID) (Screen, error) {
 	}
 	return s.r.screen(s.scope(), id)
 }
+
+// Watch is [Registry.Watch] of a job of the session.
+func (s *Session) Watch(id ID, w Watch) error {
+	if s.r == nil {
+		if err := s.owns("watch", id); err != nil {
+			return err
+		}
+		return s.j.Watch(id, w)
+	}
+	return s.r.watch(s.scope(), id, w)
+}
+
+// WaitFor is [Registry.WaitFor] of a job of the session.
+func (s *Session) WaitFor(ctx context.Context, id ID, re *regexp.Regexp, from int64) (Match, error) {
+	if s.r == nil {
+		if err := s.owns("wait for", id); err != nil {
+			return Match{}, err
+		}
+		return s.j.WaitFor(ctx, id, re, from)
+	}
+	return s.r.waitFor(ctx, s.scope(), id, re, from)
+}
+
+// Matches is [Registry.Matches] of the session.
+func (s *Session) Matches() []Match { return s.Jobs().Matches(s.name) }

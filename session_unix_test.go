@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -67,6 +68,13 @@ func testSessionViewIsolates(t *testing.T, kind string) {
 		}},
 		{"wait", "wait", func(s *bgjob.Session, id bgjob.ID) error { _, err := s.Wait(ctx, id); return err }},
 		{"cancel", "cancel", func(s *bgjob.Session, id bgjob.ID) error { _, err := s.Cancel(id); return err }},
+		{"watch", "watch", func(s *bgjob.Session, id bgjob.ID) error {
+			return s.Watch(id, bgjob.Watch{Pattern: regexp.MustCompile("a")})
+		}},
+		{"wait-for", "wait for", func(s *bgjob.Session, id bgjob.ID) error {
+			_, err := s.WaitFor(ctx, id, regexp.MustCompile("a"), 0)
+			return err
+		}},
 	} {
 		t.Run(tc.name+"-of-another-session-is-not-found", func(t *testing.T) {
 			err := tc.call(b, sa.ID)

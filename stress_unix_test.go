@@ -34,15 +34,17 @@ import (
 // NextCompletion, launches and lookups through Session views, which must
 // never reach another session's job; stress_views_unix_test.go), and so
 // are conversations with interactive and TTY jobs (Write, CloseInput,
-// Resize, Screen, each checked exactly; stress_input_unix_test.go); and of
+// Resize, Screen, each checked exactly; stress_input_unix_test.go), and
+// watches, WaitFor and Matches (stress_watch_unix_test.go); and of
 // issue #19: a third registry has 4 slots and a queue, so that most of its
 // launches wait, with random priorities, and are polled, joined, waited
 // on, read and cancelled while queued, and a Status of a running job
 // lists its tree. Then it closes the registries while the goroutines
 // still run and checks, over every execution: the state, exit code and
 // byte count its Telemetry event reports; one Completion per pollable
-// run, delivered exactly once by Completions and once to OnComplete; and
-// no leak of goroutines, file descriptors, live processes or zombies.
+// run, delivered exactly once by Completions and once to OnComplete;
+// every match a run's bytes make, exactly once to OnMatch; and no leak
+// of goroutines, file descriptors, live processes or zombies.
 //
 //	BGJOB_STRESS_DURATION=11m nice -n 10 go test -race -run '^TestStress$' -timeout 30m .
 func TestStress(t *testing.T) {
@@ -132,6 +134,7 @@ type stress struct {
 	}
 	tokens atomic.Int64 // the last escape token handed out
 	fh     firstHourCounts
+	wl     stressWatchLog // watches (stress_watch_unix_test.go)
 	cv     conversationCounts
 }
 
@@ -143,6 +146,8 @@ func newStress(t *testing.T, seed uint64) *stress {
 		listed: map[bgjob.ID]bool{},
 	}
 	st.mark = fmt.Sprintf("BGJOB_STRESS_MARK=%d-%d", os.Getpid(), seed)
+	st.wl.init()
+	stressWatches(st.pool)
 	st.main = &stressReg{name: "main", rec: newStressRec()}
 	st.bad = &stressReg{name: "bad-shell", rec: newStressRec()}
 	st.queue = &stressReg{name: "queue", rec: newStressRec()}
@@ -193,6 +198,7 @@ func (st *stress) config(reg *stressReg, maxRunning int) bgjob.Config {
 			reg.rec.onComplete(c)
 			st.checkEscapers(c.Command)
 		},
+		OnMatch: st.onMatch,
 		// An Admitter that keeps the text as it is, so the bytes stay
 		// checkable while every path passes through admission.
 		Admitter: bgjob.AdmitterFunc(func(_ context.Context, req bgjob.AdmitRequest) (bgjob.Admitted, error) {
@@ -291,8 +297,8 @@ func (st *stress) record(reg *stressReg, ss *stressSpec, s bgjob.Snapshot) {
 // they went, and no other run's.
 func (st *stress) launchSpec(ss *stressSpec, rng *rand.Rand) bgjob.Spec {
 	spec := ss.spec
-	spec.Unique = rng.IntN(5) == 0
-	spec.Priority = rng.IntN(4) - 1 // orders the queue; no other effect
+	spec.Unique = rng.IntN(5) == 0 || len(spec.Watches) > 0 // an ID with watches names one run
+	spec.Priority = rng.IntN(4) - 1                         // orders the queue; no other effect
 	if ss.kind == kindEscape {
 		spec.Unique = true
 		spec.Command = strings.ReplaceAll(spec.Command, escapeToken, fmt.Sprintf("esc-%d-%d", st.seed, st.tokens.Add(1)))
@@ -452,7 +458,9 @@ func (st *stress) walk(reg *stressReg, ss *stressSpec, id bgjob.ID) {
 func (st *stress) worker(rng *rand.Rand, stop *atomic.Bool) {
 	ctx := context.Background()
 	for !stop.Load() {
-		switch p := rng.IntN(118); {
+		switch p := rng.IntN(124); {
+		case p >= 118: // WaitFor, Watch, Matches
+			st.watchOp(rng, p-118)
 		case p >= 112: // conversations: Write, CloseInput, Resize, Screen
 			st.conversation(rng)
 		case p >= 100: // ReadWait, Follow, NextCompletion, Session views
@@ -831,6 +839,7 @@ func (st *stress) verify() {
 	t.Logf("first hour: %d ReadWait (%d timed out), %d Follow (%d to EOF, %d timed out, %d bytes checked), %d NextCompletion (%d timed out), %d view lookups (%d of another session, all not found), %d view launches",
 		st.fh.readWaits.Load(), st.fh.readWaitOut.Load(), st.fh.follows.Load(), st.fh.followEOF.Load(), st.fh.followOut.Load(), st.fh.followBytes.Load(),
 		st.fh.nexts.Load(), st.fh.nextOut.Load(), st.fh.views.Load(), st.fh.viewMisses.Load(), st.fh.viewLaunches.Load())
+	st.verifyWatches()
 	st.logConversations()
 	if st.failures.Load() > 30 {
 		t.Errorf("%d failures in all (the first 30 shown)", st.failures.Load())

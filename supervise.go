@@ -262,6 +262,28 @@ func (s *supervisor) watch(until time.Time, quit <-chan struct{}) bool {
 			s.timer = waitPoke(j.wake, s.timer, deadline)
 			continue
 		}
+		if !s.stopping && (s.exitAt.IsZero() || s.waiting) {
+			if room := j.matchRoom(); room != nil {
+				// The job's watches have as many matches waiting
+				// for delivery as they may (a slow OnMatch): read
+				// no more until there is room, so that the job's
+				// writes block, but act on everything else. The
+				// job is not idle meanwhile: its writes wait for
+				// us.
+				s.lastOut = now
+				if s.r.hookHeld != nil {
+					s.r.hookHeld(j.id)
+				}
+				s.timer = waitRoom(j.wake, room, quit, s.timer, deadline)
+				continue
+			}
+		} else {
+			// A stop has begun, or the shell has exited (and the
+			// leftover phase, if any, is over): the job's end must
+			// not wait for OnMatch, so its output is read whatever
+			// waits for delivery.
+			j.unbound()
+		}
 		if !s.haveSet || !next.Equal(s.nextSet) || !realNext.Equal(s.realNextSet) {
 			rd.SetReadDeadline(deadline)
 			s.nextSet, s.realNextSet, s.haveSet = next, realNext, true
@@ -324,6 +346,9 @@ func (s *supervisor) end() {
 		close(j.released) // a Cancel waiting for the job's end returns
 		return
 	}
+
+	// The rest of the output is read whatever waits for OnMatch.
+	j.unbound()
 
 	// Leftovers: processes of the group still alive after the shell,
 	// looked for before it is reaped: until then its PID, the ID of its
@@ -438,6 +463,31 @@ func waitPoke(wake <-chan struct{}, t *time.Timer, next time.Time) *time.Timer {
 	case <-wake:
 		t.Stop()
 	case <-t.C:
+	}
+	return t
+}
+
+// waitRoom is waitPoke that also ends when room or quit is closed.
+func waitRoom(wake, room, quit <-chan struct{}, t *time.Timer, next time.Time) *time.Timer {
+	var fire <-chan time.Time
+	if !next.IsZero() {
+		d := time.Until(next)
+		if t == nil {
+			t = time.NewTimer(d)
+		} else {
+			t.Reset(d)
+		}
+		fire = t.C
+	}
+	select {
+	case <-wake:
+	case <-room:
+	case <-quit:
+	case <-fire:
+		return t
+	}
+	if t != nil {
+		t.Stop()
 	}
 	return t
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strconv"
 	"time"
@@ -23,6 +24,17 @@ const captureLine = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789a
 
 func captureCommand(n int64) string {
 	return "yes " + captureLine + " | head -c " + strconv.FormatInt(n, 10)
+}
+
+// captureWatches are the watches of the capture row with watches: the
+// patterns an agent host sets on a dev server or a build, none of which
+// the captured lines match (so that the row measures matching, not
+// delivery).
+var captureWatches = []bgjob.Watch{
+	{Name: "problem", Pattern: regexp.MustCompile(`(?i)error|listening on|ready in`), Every: true},
+	{Name: "warning", Pattern: regexp.MustCompile(`(?i)\bwarn(ing)?\b`), Every: true},
+	{Name: "crash", Pattern: regexp.MustCompile(`panic:|FAIL|Traceback \(most recent call last\)`)},
+	{Name: "built", Pattern: regexp.MustCompile(`(?i)compiled successfully|webpack \d+\.\d+\.\d+`)},
 }
 
 // captureReport is what a capture child prints as JSON.
@@ -101,8 +113,15 @@ func capture(impl string, n int64) (int64, error) {
 		if st := <-status; st.Error != nil || st.Exit != 0 {
 			return 0, fmt.Errorf("%v, exit %d", st.Error, st.Exit)
 		}
-	case "bgjob", "bgjob-durable":
+	case "bgjob", "bgjob-durable", "bgjob-watch":
 		cfg := bgjob.Config{}
+		spec := bgjob.Spec{Command: command}
+		if impl == "bgjob-watch" {
+			spec.Watches = captureWatches
+			cfg.OnMatch = func(m bgjob.Match) {
+				fatalf("capture with watches: unexpected match %+v", m)
+			}
+		}
 		if impl == "bgjob-durable" {
 			dir, err := os.MkdirTemp("", "bgjob-bench-state-")
 			if err != nil {
@@ -113,8 +132,7 @@ func capture(impl string, n int64) (int64, error) {
 		}
 		r := newRegistry(cfg)
 		defer closeRegistry(r)
-		res, err := r.RunForeground(context.Background(), bgjob.Spec{Command: command},
-			bgjob.Foreground{SoftCap: 10 * time.Minute})
+		res, err := r.RunForeground(context.Background(), spec, bgjob.Foreground{SoftCap: 10 * time.Minute})
 		if err != nil {
 			return 0, err
 		}
@@ -130,23 +148,26 @@ func capture(impl string, n int64) (int64, error) {
 
 // runCapture runs each implementation's capture of n bytes in a child
 // process (this program, re-executed), runs times, interleaved; and
-// bgjob's in durable mode (its output copied to a file as it is read) as
-// a last one.
-func runCapture(n int64, runs int) (res [nImpl]captureResult, durable captureResult) {
+// bgjob's in durable mode (its output copied to a file as it is read)
+// and with four watches (captureWatches) as the last ones.
+func runCapture(n int64, runs int) (res [nImpl]captureResult, durable, watched captureResult) {
 	exe, err := os.Executable()
 	if err != nil {
 		for k := range res {
 			res[k].err = err.Error()
 		}
-		durable.err = err.Error()
-		return res, durable
+		durable.err, watched.err = err.Error(), err.Error()
+		return res, durable, watched
 	}
-	impls := append(implNames[:], "bgjob-durable")
+	impls := append(implNames[:], "bgjob-durable", "bgjob-watch")
 	for range runs {
 		for k, impl := range impls {
 			r := &durable
-			if k < nImpl {
+			switch {
+			case k < nImpl:
 				r = &res[k]
+			case impl == "bgjob-watch":
+				r = &watched
 			}
 			if r.err != "" {
 				continue
@@ -173,7 +194,7 @@ func runCapture(n int64, runs int) (res [nImpl]captureResult, durable captureRes
 			r.rssMiB = max(r.rssMiB, float64(rep.MaxRSS)/1024)
 		}
 	}
-	return res, durable
+	return res, durable, watched
 }
 
 func median(v []float64) float64 {

@@ -111,8 +111,11 @@ func main() {
 		notes = append(notes, fmt.Sprintf("foreground latency: %d runs each; kernel exit stamp (proc connector) to the caller's return, CLOCK_MONOTONIC", sz.foreground))
 	})
 	step("capture", func() {
-		c, durable := runCapture(sz.capture, sz.captureRuns)
-		rows = append(rows, captureRows(c, durable, sz.capture)...)
+		c, durable, watched := runCapture(sz.capture, sz.captureRuns)
+		rows = append(rows, captureRows(c, durable, watched, sz.capture)...)
+		if watched.err == "" && c[bgJob].err == "" {
+			notes = append(notes, fmt.Sprintf("capture: with 4 watches (regexps such as `(?i)error|listening on|ready in`, none matching) at %.2f× memory mode's throughput, CPU %.2f s/GiB", watched.mibps/c[bgJob].mibps, median(watched.cpu)))
+		}
 		if durable.err == "" && c[bgJob].err == "" {
 			notes = append(notes, fmt.Sprintf("capture: durable mode (output copied to a file as it is read, with splice) at %.2f× memory mode's throughput", durable.mibps/c[bgJob].mibps))
 		}

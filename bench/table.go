@@ -146,6 +146,7 @@ const (
 	sandboxRatio     = 1.10 // a sandboxed job against os/exec of the same bwrap command
 	fgMaxP99         = time.Millisecond
 	captureMinRatio  = 0.90
+	captureWatchMin  = 0.85 // with 4 watches
 	captureMaxRSSMiB = 48
 	fanoutMaxGor     = 2
 	fanoutMaxHeap    = 16 << 10
@@ -226,7 +227,7 @@ func fgRows(f fgResult) []row {
 	return []row{p99, med}
 }
 
-func captureRows(c [nImpl]captureResult, durable captureResult, n int64) []row {
+func captureRows(c [nImpl]captureResult, durable, watched captureResult, n int64) []row {
 	size := fmtMiB(float64(n) / (1 << 20))
 	if n >= 1<<30 {
 		size = fmt.Sprintf("%.0f GiB", float64(n)/(1<<30))
@@ -249,7 +250,17 @@ func captureRows(c [nImpl]captureResult, durable captureResult, n int64) []row {
 	}
 	dur := row{workload: "3 capture " + size, metric: "throughput, durable mode", unit: fmtMiBps,
 		cells: [nImpl]cell{c[osExec].cellOf(), na, durable.cellOf()}, note: durable.err}
-	return []row{tp, rss, dur}
+	// With watches: bgjob's column is the run with four of them.
+	wtp := row{workload: "3 capture " + size, metric: "throughput, 4 watches", unit: fmtMiBps,
+		cells:  [nImpl]cell{c[osExec].cellOf(), na, watched.cellOf()},
+		target: fmt.Sprintf("≥ %.2f× os/exec", captureWatchMin), check: relTo(captureWatchMin, false), note: watched.err}
+	wrss := row{workload: "3 capture " + size, metric: "peak RSS, 4 watches", unit: fmtMiB,
+		cells:  [nImpl]cell{val(c[osExec].rssMiB), na, val(watched.rssMiB)},
+		target: fmt.Sprintf("≤ %d MiB", captureMaxRSSMiB), check: atMost(captureMaxRSSMiB), note: watched.err}
+	if c[osExec].err != "" {
+		wrss.cells[osExec] = na
+	}
+	return []row{tp, rss, dur, wtp, wrss}
 }
 
 // cellOf is a capture's throughput, or n/a if it failed.

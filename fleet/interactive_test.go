@@ -3,6 +3,8 @@ package fleet
 import (
 	"context"
 	"errors"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -196,5 +198,65 @@ func TestClientJobsMethods(t *testing.T) {
 	}
 	if n := c.Running(); n != 0 {
 		t.Errorf("Running after the cancel: %d; want 0", n)
+	}
+}
+
+// TestWatchAcrossNodes: WaitFor of a running job at its worker on
+// another node (a line printed before the call included), of an ended
+// job in its published output, a job that ends without a match; Watch
+// at the worker; Matches says it is not the client's.
+func TestWatchAcrossNodes(t *testing.T) {
+	l := testLayout(t, "watch")
+	newWorker(t, testCluster.urls[1], l, 4, bgjob.Config{})
+	c := newClient(t, testCluster.urls[0], ClientConfig{Layout: l})
+	ctx := deadline(t, time.Minute)
+	gate := t.TempDir() + "/gate"
+	s, err := c.Start(ctx, bgjob.Spec{Command: "echo one; echo ready at 42; while [ ! -e " + gate + " ]; do sleep 0.05; done; echo after", Session: "w",
+		Watches: []bgjob.Watch{{Name: "launched", Pattern: regexp.MustCompile("one")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	readUntil(t, ctx, c, s.ID, "ready at 42\n") // printed before WaitFor asks
+	m, err := c.WaitFor(ctx, s.ID, regexp.MustCompile(`ready at (\d+)`), 0)
+	if err != nil || m.ID != s.ID || m.Session != "w" || m.Line != "ready at 42" || m.Offset != 4 {
+		t.Fatalf("wait for, running: %+v, %v; want \"ready at 42\" at 4", m, err)
+	}
+	if err := c.Watch(s.ID, bgjob.Watch{Name: "after", Pattern: regexp.MustCompile("after")}); err != nil {
+		t.Fatalf("watch: %v", err)
+	}
+	if err := c.Watch(s.ID, bgjob.Watch{Name: "nil"}); !errors.Is(err, bgjob.ErrInvalidArgument) {
+		t.Errorf("watch without a pattern: %v; want ErrInvalidArgument", err)
+	}
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Wait(ctx, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	m, err = c.WaitFor(ctx, s.ID, regexp.MustCompile("^aft"), 5)
+	if err != nil || m.Line != "after" || m.Offset != 16 {
+		t.Fatalf("wait for, ended: %+v, %v; want \"after\" at 16", m, err)
+	}
+	_, err = c.WaitFor(ctx, s.ID, regexp.MustCompile("never"), 0)
+	var ended *bgjob.EndedError
+	if !errors.As(err, &ended) || ended.Snapshot.State != bgjob.Exited || ended.Snapshot.ID != s.ID {
+		t.Fatalf("wait for a line that never came: %v; want an EndedError of the exited job", err)
+	}
+	q, err := c.Start(ctx, bgjob.Spec{Command: "echo x; exit 3", Session: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.WaitFor(ctx, q.ID, regexp.MustCompile("never"), 0)
+	if !errors.As(err, &ended) || ended.Snapshot.ExitCode != 3 || !errors.Is(err, bgjob.ErrJobEnded) {
+		t.Fatalf("wait for on a job that ends without a match: %v; want an EndedError, exit 3", err)
+	}
+	if err := c.Watch(q.ID, bgjob.Watch{Pattern: regexp.MustCompile("x")}); !errors.Is(err, bgjob.ErrJobEnded) {
+		t.Errorf("watch of an ended job: %v; want ErrJobEnded", err)
+	}
+	if ms := c.Matches("w"); ms != nil || !errors.Is(c.Err(), bgjob.ErrUnsupported) {
+		t.Errorf("matches: %v, Err %v; want nil and ErrUnsupported", ms, c.Err())
+	}
+	if _, err := c.WaitFor(ctx, q.ID, nil, 0); !errors.Is(err, bgjob.ErrInvalidArgument) {
+		t.Errorf("wait for with no pattern: %v; want ErrInvalidArgument", err)
 	}
 }

@@ -56,7 +56,7 @@ type record struct {
 
 // rpcRequest is a request to the job's worker.
 type rpcRequest struct {
-	Op     string        `json:"op"` // "status", "read", "readwait", "cancel", "write", "closeinput", "resize", "screen"
+	Op     string        `json:"op"` // "status", "read", "readwait", "cancel", "write", "closeinput", "resize", "screen", "watch", "waitfor"
 	ID     bgjob.ID      `json:"id"`
 	Run    string        `json:"run"`
 	Offset int64         `json:"offset,omitempty"`
@@ -64,7 +64,11 @@ type rpcRequest struct {
 	Wait   time.Duration `json:"wait,omitempty"` // readwait, write: how long the worker may wait
 	Data   []byte        `json:"data,omitempty"` // write: the bytes
 	Rows   uint16        `json:"rows,omitempty"` // resize
-	Cols   uint16        `json:"cols,omitempty"` // resize
+	// Name, Pattern and Every: watch (Pattern also waitfor, from Offset).
+	Name    string `json:"name,omitempty"`
+	Pattern string `json:"pattern,omitempty"`
+	Every   bool   `json:"every,omitempty"`
+	Cols    uint16 `json:"cols,omitempty"` // resize
 }
 
 // reply is a worker's answer: a start, or a request.
@@ -72,6 +76,7 @@ type reply struct {
 	Snap   *bgjob.Snapshot `json:"snapshot,omitempty"`
 	Chunk  *bgjob.Chunk    `json:"chunk,omitempty"`
 	Screen *bgjob.Screen   `json:"screen,omitempty"`
+	Match  *bgjob.Match    `json:"match,omitempty"`
 	N      int             `json:"n,omitempty"` // write: bytes written, also with an error
 	Err    string          `json:"error,omitempty"`
 	Kind   string          `json:"kind,omitempty"` // which sentinel Err wraps (errKinds)
@@ -91,6 +96,7 @@ var errKinds = []struct {
 	{"invalid_argument", bgjob.ErrInvalidArgument},
 	{"input_closed", bgjob.ErrInputClosed},
 	{"not_interactive", bgjob.ErrNotInteractive},
+	{"job_ended", bgjob.ErrJobEnded},
 	{"deadline", context.DeadlineExceeded},
 	{"canceled", context.Canceled},
 }

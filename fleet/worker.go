@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -680,6 +681,34 @@ func (w *Worker) handle(m *nats.Msg) reply {
 			return errorReply(err)
 		}
 		return reply{Screen: &sc}
+	case "watch", "waitfor":
+		re, err := regexp.Compile(req.Pattern)
+		if err != nil {
+			return errorReply(fmt.Errorf("bgjob/fleet: %s %s: pattern: %v: %w", req.Op, req.ID, err, bgjob.ErrInvalidArgument))
+		}
+		if req.Op == "watch" {
+			if err := w.reg.Watch(local, bgjob.Watch{Name: req.Name, Pattern: re, Every: req.Every}); err != nil {
+				return errorReply(err)
+			}
+			return reply{}
+		}
+		ctx, cancel := context.WithTimeout(w.ctx, min(max(req.Wait, 0), maxWait))
+		m, err := w.reg.WaitFor(ctx, local, re, req.Offset)
+		cancel()
+		var ended *bgjob.EndedError
+		switch {
+		case errors.As(err, &ended):
+			r := errorReply(err)
+			s := w.fleetSnap(sv, ended.Snapshot)
+			r.Snap = &s
+			return r
+		case errors.Is(err, context.DeadlineExceeded):
+			return reply{} // nothing yet: the client asks again
+		case err != nil:
+			return errorReply(err)
+		}
+		m.ID = sv.id
+		return reply{Match: &m}
 	}
 	return errorReply(fmt.Errorf("bgjob/fleet: request %q: %w", req.Op, bgjob.ErrInvalidArgument))
 }

@@ -113,4 +113,17 @@ func TestFleetShell(t *testing.T) {
 	if jc := c.completion(out.JobID); jc.State != bgjob.Exited || jc.ExitCode != 0 || jc.Command != cmd {
 		t.Errorf("completion: %+v; want exited 0", jc)
 	}
+	// shell_wait's until is WaitFor, which asks the job's worker.
+	var bg ShellOutput
+	c.mustCall("shell", map[string]any{"command": "echo warming; echo ready on 8080; sleep 0.3", "background": true}, &bg)
+	if res := c.mustCall("shell_wait", map[string]any{"job_id": bg.JobID, "until": "ready on [0-9]+"}, nil); !strings.Contains(text(res), "ready on 8080") {
+		t.Errorf("shell_wait with until: %q; want the line", text(res))
+	}
+	// What needs matches on this server says it cannot have them.
+	if msg := c.mustFail("shell", map[string]any{"command": "echo x", "until": "x"}); !strings.Contains(msg, "fleet") {
+		t.Errorf("shell with until: %q; want it refused, naming the fleet", msg)
+	}
+	if msg := c.mustFail("shell_watch", map[string]any{"job_id": out.JobID, "pattern": "x"}); !strings.Contains(msg, "fleet") {
+		t.Errorf("shell_watch: %q; want it refused, naming the fleet", msg)
+	}
 }

@@ -120,10 +120,17 @@ type Server struct {
 	// ended and its jobs have been cancelled.
 	onSessionEnd func(session string)
 
+	// ready is closed once reg is set: a hook of the registry (which
+	// may run while New adopts jobs) waits for it.
+	ready chan struct{}
+
 	mu       sync.Mutex // guards the fields below
 	sessions map[*mcp.ServerSession]string
 	byID     map[string]*mcp.ServerSession
-	closed   bool
+	// untils maps the name of each until watch (untilPrefix and a random
+	// token) to the call that waits for it.
+	untils map[string]*untilWait
+	closed bool
 }
 
 // defaultProgressInterval is short so that clients with a request timeout
@@ -138,6 +145,8 @@ func New(opts Options) (*Server, error) {
 		log:      opts.Logger,
 		sessions: make(map[*mcp.ServerSession]string),
 		byID:     make(map[string]*mcp.ServerSession),
+		untils:   make(map[string]*untilWait),
+		ready:    make(chan struct{}),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -157,17 +166,25 @@ func New(opts Options) (*Server, error) {
 		}
 		cfg.Logger = s.log
 		cfg.OnComplete = s.completed
+		cfg.OnMatch = s.matched
 		s.durable = cfg.StateDir != ""
 		if s.durable && s.fixed == "" {
 			s.fixed = "default"
 		}
+		// The hooks may run while New adopts jobs: the notifier first,
+		// and they wait for ready before they use reg.
+		s.notify = newNotifier(s)
 		reg, err := bgjob.New(cfg)
 		if err != nil {
+			s.notify.close()
 			return nil, err
 		}
 		s.reg = reg
 	}
-	s.notify = newNotifier(s)
+	if s.notify == nil {
+		s.notify = newNotifier(s)
+	}
+	close(s.ready)
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "bgjob-mcpserver", Version: "v0.1.0"}, &mcp.ServerOptions{
 		Instructions:              instructions,
 		Logger:                    s.log,
@@ -253,8 +270,11 @@ const instructions = `Run shell commands with the shell tool. A command that is 
 	`shell_wait, or shell_cancel. shell_list shows this connection's jobs, and for running ones ` +
 	`their processes and the TCP ports they listen on. For a dev server started in the ` +
 	`background ("npm run dev &"), pass leftovers: "wait" so that the job runs as long as the server. ` +
-	`When a detached job ends the server sends a logging notification (logger "bgjob") ` +
-	`if the client has set a logging level.`
+	`To start a server or a watcher and go on as soon as it is ready, pass until (a regular expression) ` +
+	`to shell or shell_wait: the call returns the first matching line of output at once, the job goes on. ` +
+	`shell_watch asks to be told of every later line that matches a pattern. ` +
+	`When a detached job ends, and when a watched line appears, the server sends a logging notification ` +
+	`(logger "bgjob") if the client has set a logging level.`
 
 // statelessVersion is the first MCP revision without per-connection state
 // (SEP-2575): no logging/setLevel, so a server cannot be told that a
@@ -465,7 +485,12 @@ func (s *Server) Close(ctx context.Context) error {
 // the session's completions to the notifier. Draining Completions here
 // keeps the registry's queue bounded and delivers each completion once.
 func (s *Server) completed(c bgjob.Completion) {
-	s.notify.push(s.reg.Completions(c.Session))
+	<-s.ready
+	var ns []note
+	for _, c := range s.reg.Completions(c.Session) {
+		ns = append(ns, note{session: c.Session, id: c.ID, data: JobCompleted{Event: "job_completed", Completion: c}})
+	}
+	s.notify.push(ns)
 }
 
 // forward takes the session's completions from remote jobs (a fleet
@@ -475,7 +500,7 @@ func (s *Server) forward(ctx context.Context, session string) {
 	for {
 		c, err := s.reg.NextCompletion(ctx, session)
 		if err == nil {
-			s.notify.push([]bgjob.Completion{c})
+			s.notify.push([]note{{session: c.Session, id: c.ID, data: JobCompleted{Event: "job_completed", Completion: c}}})
 			continue
 		}
 		if ctx.Err() != nil || errors.Is(err, bgjob.ErrClosed) {
@@ -492,8 +517,45 @@ func (s *Server) forward(ctx context.Context, session string) {
 	}
 }
 
-// notifier sends completion notifications from a goroutine of its own, so
-// that a client that does not read its input never stalls the registry.
+// untilPrefix begins the name of the watch that a shell call with until
+// sets on its job; shell_watch refuses names that begin with it.
+const untilPrefix = "until:"
+
+// untilWait is a shell call with until, waiting for its job's line.
+type untilWait struct {
+	found chan bgjob.Match // buffered, 1: the first match
+	stop  func()           // lets the call's RunForeground detach
+}
+
+// matched is the registry's OnMatch hook. As completed does, it drains
+// the session's queue (matches a restarted server found are in it too):
+// a match of a shell call's until watch goes to that call, every other
+// one to the notifier.
+func (s *Server) matched(m bgjob.Match) {
+	<-s.ready
+	var ns []note
+	for _, m := range s.reg.Matches(m.Session) {
+		if strings.HasPrefix(m.Watch, untilPrefix) {
+			s.mu.Lock()
+			u := s.untils[m.Watch]
+			s.mu.Unlock()
+			if u != nil {
+				select {
+				case u.found <- m:
+				default:
+				}
+				u.stop()
+			}
+			continue // a call that has returned already: nobody to tell
+		}
+		ns = append(ns, note{session: m.Session, id: m.ID, data: JobMatched{Event: "job_matched", Match: m}})
+	}
+	s.notify.push(ns)
+}
+
+// notifier sends completion and match notifications from a goroutine of
+// its own, so that a client that does not read its input never stalls the
+// registry.
 type notifier struct {
 	s    *Server
 	wake chan struct{} // buffered, 1
@@ -501,10 +563,17 @@ type notifier struct {
 	done chan struct{} // closed when the goroutine ends
 
 	mu    sync.Mutex // guards queue
-	queue []bgjob.Completion
+	queue []note
 }
 
-// maxQueued bounds the completions waiting to be sent; beyond it the
+// note is a notification waiting to be sent to its session's connection.
+type note struct {
+	session string
+	id      bgjob.ID
+	data    any // JobCompleted or JobMatched
+}
+
+// maxQueued bounds the notifications waiting to be sent; beyond it the
 // oldest are dropped (and logged). Clients can always poll shell_list.
 const maxQueued = 1024
 
@@ -517,14 +586,14 @@ func newNotifier(s *Server) *notifier {
 	return n
 }
 
-func (n *notifier) push(cs []bgjob.Completion) {
-	if len(cs) == 0 {
+func (n *notifier) push(ns []note) {
+	if len(ns) == 0 {
 		return
 	}
 	n.mu.Lock()
-	n.queue = append(n.queue, cs...)
+	n.queue = append(n.queue, ns...)
 	if d := len(n.queue) - maxQueued; d > 0 {
-		n.s.log.Warn("mcpserver: dropping completion notifications", "count", d)
+		n.s.log.Warn("mcpserver: dropping notifications", "count", d)
 		n.queue = append(n.queue[:0], n.queue[d:]...)
 	}
 	n.mu.Unlock()
@@ -553,25 +622,22 @@ func (n *notifier) run() {
 }
 
 // send tells the owning connection, if it is still there, that a job
-// ended, as a logging notification at level "notice" from logger "bgjob".
-// The SDK sends it only if the client has set a logging level at or below
-// notice (logging/setLevel), as the MCP spec intends.
-func (n *notifier) send(c bgjob.Completion) {
+// ended or printed a watched line, as a logging notification at level
+// "notice" from logger "bgjob". The SDK sends it only if the client has
+// set a logging level at or below notice (logging/setLevel), as the MCP
+// spec intends.
+func (n *notifier) send(c note) {
 	n.s.mu.Lock()
-	ss := n.s.byID[c.Session]
+	ss := n.s.byID[c.session]
 	n.s.mu.Unlock()
 	if ss == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
 	defer cancel()
-	err := ss.Log(ctx, &mcp.LoggingMessageParams{
-		Logger: "bgjob",
-		Level:  "notice",
-		Data:   JobCompleted{Event: "job_completed", Completion: c},
-	})
+	err := ss.Log(ctx, &mcp.LoggingMessageParams{Logger: "bgjob", Level: "notice", Data: c.data})
 	if err != nil {
-		n.s.log.Debug("mcpserver: completion notification", "id", c.ID, "err", err)
+		n.s.log.Debug("mcpserver: notification", "id", c.id, "err", err)
 	}
 }
 
@@ -587,4 +653,13 @@ func (n *notifier) close() {
 type JobCompleted struct {
 	Event string `json:"event"` // always "job_completed"
 	bgjob.Completion
+}
+
+// JobMatched is the data of the logging notification sent for each line
+// that a watch set with shell_watch matches: bgjob's Match as it marshals
+// (job_id, session, watch, offset, line, withheld, at), with an event
+// name.
+type JobMatched struct {
+	Event string `json:"event"` // always "job_matched"
+	bgjob.Match
 }

@@ -183,23 +183,47 @@ func text(res *mcp.CallToolResult) string {
 // completion waits for the logging notification that a job ended.
 func (c *client) completion(id string) JobCompleted {
 	c.t.Helper()
+	var jc JobCompleted
+	c.notification("job_completed", id, &jc)
+	return jc
+}
+
+// matchNote waits for a logging notification of a watched line.
+func (c *client) matchNote(id string) JobMatched {
+	c.t.Helper()
+	var jm JobMatched
+	c.notification("job_matched", id, &jm)
+	return jm
+}
+
+// notification waits for a logging notification of the event about job
+// id, and decodes it into out. Notifications of other events or jobs
+// are passed over.
+func (c *client) notification(event, id string, out any) {
+	c.t.Helper()
 	deadline := time.After(testDeadline)
 	for {
 		select {
 		case p := <-c.logs:
-			var jc JobCompleted
+			var head struct {
+				Event string `json:"event"`
+				ID    string `json:"job_id"`
+			}
 			b, _ := json.Marshal(p.Data)
-			if err := json.Unmarshal(b, &jc); err != nil {
+			if err := json.Unmarshal(b, &head); err != nil {
 				c.t.Fatalf("notification data %s: %v", b, err)
 			}
-			if p.Logger != "bgjob" || p.Level != "notice" || jc.Event != "job_completed" {
-				c.t.Fatalf("notification %+v: got logger %q level %q event %q; want bgjob, notice, job_completed", jc, p.Logger, p.Level, jc.Event)
+			if p.Logger != "bgjob" || p.Level != "notice" || (head.Event != "job_completed" && head.Event != "job_matched") {
+				c.t.Fatalf("notification %s: got logger %q level %q; want bgjob, notice, and a known event", b, p.Logger, p.Level)
 			}
-			if string(jc.ID) == id {
-				return jc
+			if head.Event == event && head.ID == id {
+				if err := json.Unmarshal(b, out); err != nil {
+					c.t.Fatalf("notification data %s: %v", b, err)
+				}
+				return
 			}
 		case <-deadline:
-			c.t.Fatalf("no completion notification for %s within %v", id, testDeadline)
+			c.t.Fatalf("no %s notification for %s within %v", event, id, testDeadline)
 		}
 	}
 }
@@ -267,7 +291,7 @@ func TestToolsListed(t *testing.T) {
 	for _, tool := range res.Tools {
 		got[tool.Name] = tool
 	}
-	for _, name := range []string{"shell", "shell_status", "shell_write", "shell_wait", "shell_cancel", "shell_list"} {
+	for _, name := range []string{"shell", "shell_status", "shell_write", "shell_wait", "shell_cancel", "shell_list", "shell_watch"} {
 		tool := got[name]
 		if tool == nil {
 			t.Errorf("tool %s: missing", name)
@@ -277,11 +301,11 @@ func TestToolsListed(t *testing.T) {
 			t.Errorf("tool %s: got input schema %v, output schema %v, description %q; want all set", name, tool.InputSchema != nil, tool.OutputSchema != nil, tool.Description)
 		}
 	}
-	if len(res.Tools) != 6 {
-		t.Errorf("got %d tools; want 6", len(res.Tools))
+	if len(res.Tools) != 7 {
+		t.Errorf("got %d tools; want 7", len(res.Tools))
 	}
 	schema, _ := json.Marshal(got["shell"].InputSchema)
-	for _, prop := range []string{"command", "cwd", "timeout_ms", "idle_timeout_ms", "wait_ms", "background", "stdin", "interactive", "tty", "rows", "cols", "leftovers", "priority"} {
+	for _, prop := range []string{"command", "cwd", "timeout_ms", "idle_timeout_ms", "wait_ms", "background", "stdin", "interactive", "tty", "rows", "cols", "leftovers", "priority", "until"} {
 		if !strings.Contains(string(schema), `"`+prop+`"`) {
 			t.Errorf("shell input schema %s: no property %s", schema, prop)
 		}
@@ -821,6 +845,116 @@ func TestParseSize(t *testing.T) {
 			t.Errorf("parseSize(%q): no error", in)
 		}
 	}
+}
+
+// shell with until returns as soon as the line comes, with the job still
+// running; a job that ends first gives its final result.
+func TestShellUntil(t *testing.T) {
+	srv := newTestServer(t, Options{})
+	c := connect(t, srv)
+	var out ShellOutput
+	begin := time.Now()
+	res := c.mustCall("shell", map[string]any{"command": "echo starting; sleep 0.2; echo 'listening on :4321'; sleep 30",
+		"until": `listening on :(\d+)`, "wait_ms": 20000}, &out)
+	if took := time.Since(begin); took > 10*time.Second {
+		t.Errorf("shell with until took %v; want it back as soon as the line came", took)
+	}
+	if !out.Detached || out.JobID == "" || out.State != "running" || out.Matched == nil ||
+		out.Matched.Line != "listening on :4321" || out.Matched.Offset != 9 {
+		t.Fatalf("shell with until: got %+v (matched %+v); want detached, running, the line at 9", out, out.Matched)
+	}
+	if !strings.Contains(text(res), "listening on :4321") {
+		t.Errorf("text %q; want the matching line in it", text(res))
+	}
+	var cr JobResult
+	c.mustCall("shell_cancel", map[string]any{"job_id": out.JobID}, &cr)
+
+	out = ShellOutput{}
+	c.mustCall("shell", map[string]any{"command": "echo no luck; exit 4", "until": "ready"}, &out)
+	if out.Detached || out.State != "exited" || out.ExitCode == nil || *out.ExitCode != 4 || out.Matched != nil {
+		t.Errorf("shell with until, the job ending first: got %+v; want exited 4, no match", out)
+	}
+	for _, bad := range []map[string]any{
+		{"command": "true", "until": "("},
+		{"command": "true", "until": "x", "background": true},
+	} {
+		c.mustFail("shell", bad)
+	}
+}
+
+// shell_wait with until finds a line printed before the call, or waits
+// for one; the job's end without one gives its final result.
+func TestWaitUntil(t *testing.T) {
+	srv := newTestServer(t, Options{})
+	c := connect(t, srv)
+	dir := t.TempDir()
+	next := filepath.Join(dir, "next")
+	id := c.background("echo 'READY 1'; while [ ! -e " + next + " ]; do sleep 0.01; done; echo 'READY 2'; sleep 30")
+	var w JobResult
+	c.mustCall("shell_wait", map[string]any{"job_id": id, "until": `^READY \d$`}, &w)
+	if w.Done || w.Matched == nil || w.Matched.Line != "READY 1" || w.Matched.Offset != 0 {
+		t.Fatalf("shell_wait with until: got %+v (matched %+v); want READY 1 at 0", w, w.Matched)
+	}
+	done := make(chan JobResult, 1)
+	go func() {
+		var w JobResult
+		c.call("shell_wait", map[string]any{"job_id": id, "until": `^READY \d$`, "from_offset": 1}, &w)
+		done <- w
+	}()
+	if err := os.WriteFile(next, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if w := <-done; w.Matched == nil || w.Matched.Line != "READY 2" || w.Matched.Offset != 8 {
+		t.Errorf("shell_wait with until from 1: got matched %+v; want READY 2 at 8", w.Matched)
+	}
+	w = JobResult{}
+	res := c.mustCall("shell_wait", map[string]any{"job_id": id, "until": "never", "timeout_ms": 50}, &w)
+	if w.Done || w.Matched != nil || !strings.Contains(text(res), "still running") {
+		t.Errorf("shell_wait with until, timed out: got %+v, %q; want still running, no match", w, text(res))
+	}
+	c.mustCall("shell_cancel", map[string]any{"job_id": id}, nil)
+	w = JobResult{}
+	c.mustCall("shell_wait", map[string]any{"job_id": id, "until": "never"}, &w)
+	if !w.Done || w.State != "cancelled" || w.Matched != nil {
+		t.Errorf("shell_wait with until on the ended job: got %+v; want its final result", w)
+	}
+	c.mustFail("shell_wait", map[string]any{"job_id": id, "from_offset": 3})
+}
+
+// shell_watch sends each matching line as a notification.
+func TestWatchNotifications(t *testing.T) {
+	srv := newTestServer(t, Options{})
+	c := connect(t, srv)
+	c.setLogLevel("notice")
+	dir := t.TempDir()
+	gate := filepath.Join(dir, "gate")
+	id := c.background("echo 'error 0'; while [ ! -e " + gate + " ]; do sleep 0.01; done; echo 'error 1'; echo fine; echo 'error 2'; sleep 30")
+	// The watch matches the lines that end after it is added: once the
+	// server has read "error 0" (shell_wait's until says so), not that.
+	c.mustCall("shell_wait", map[string]any{"job_id": id, "until": `^error 0$`}, nil)
+	var wo WatchOutput
+	c.mustCall("shell_watch", map[string]any{"job_id": id, "pattern": `^error \d`, "every": true}, &wo)
+	if wo.JobID != id || wo.Name != `^error \d` || !wo.Every {
+		t.Errorf("shell_watch: got %+v", wo)
+	}
+	c.mustFail("shell_watch", map[string]any{"job_id": id, "pattern": "x", "name": `^error \d`})
+	c.mustFail("shell_watch", map[string]any{"job_id": id, "pattern": "x", "name": untilPrefix + "x"})
+	c.mustFail("shell_watch", map[string]any{"job_id": "job_0000000000000000", "pattern": "x"})
+	c.mustFail("shell_watch", map[string]any{"job_id": id, "pattern": "("})
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []struct {
+		line string
+		off  int64
+	}{{"error 1", 8}, {"error 2", 21}} {
+		jm := c.matchNote(id)
+		if jm.Event != "job_matched" || jm.Watch != `^error \d` || jm.Line != want.line || jm.Offset != want.off {
+			t.Errorf("notification %+v; want %q at %d", jm, want.line, want.off)
+		}
+	}
+	c.mustCall("shell_cancel", map[string]any{"job_id": id}, nil)
+	c.mustFail("shell_watch", map[string]any{"job_id": id, "pattern": "x"})
 }
 
 // A prompt answered through shell_write, then EOF.

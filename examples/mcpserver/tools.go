@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +40,18 @@ type ShellInput struct {
 	Cols          int    `json:"cols,omitempty" jsonschema:"the terminal's width with tty; 0 means 80"`
 	Leftovers     string `json:"leftovers,omitempty" jsonschema:"what happens to processes still running when the shell exits: stop (the default) stops them; wait keeps the job running until the last of them ends, as for a dev server started with &"`
 	Priority      int    `json:"priority,omitempty" jsonschema:"when the server queues commands (-queue), a higher priority starts sooner; default 0"`
+	Until         string `json:"until,omitempty" jsonschema:"a regular expression (Go syntax) matched against each line of output: as soon as a line matches, the call returns that line and the command goes on in the background (detached); waits at most wait_ms"`
+}
+
+// MatchInfo is the line that an until pattern matched.
+type MatchInfo struct {
+	Line     string `json:"line" jsonschema:"the matching line, without its line ending"`
+	Offset   int64  `json:"offset" jsonschema:"absolute output offset of the line's first byte"`
+	Withheld bool   `json:"withheld,omitempty" jsonschema:"the output policy withheld the line's text"`
+}
+
+func matchInfo(m bgjob.Match) *MatchInfo {
+	return &MatchInfo{Line: m.Line, Offset: m.Offset, Withheld: m.Withheld}
 }
 
 // ScreenOutput is what a TTY job's terminal shows.
@@ -66,6 +81,7 @@ type ShellOutput struct {
 	PeakMemoryBytes int64         `json:"peak_memory_bytes,omitempty" jsonschema:"the job's peak memory, where the system tells it"`
 	Interactive     bool          `json:"interactive,omitempty" jsonschema:"the job takes input: use shell_write"`
 	Screen          *ScreenOutput `json:"screen,omitempty" jsonschema:"a tty job's screen"`
+	Matched         *MatchInfo    `json:"matched,omitempty" jsonschema:"the line that until matched"`
 }
 
 // JobInput names a job.
@@ -120,25 +136,44 @@ type WriteOutput struct {
 
 // WaitInput is the input of shell_wait.
 type WaitInput struct {
-	JobID     string `json:"job_id" jsonschema:"a job ID returned by shell in this session"`
-	TimeoutMs int64  `json:"timeout_ms,omitempty" jsonschema:"how long to wait in milliseconds; 0 means 30000; at most 600000"`
+	JobID      string `json:"job_id" jsonschema:"a job ID returned by shell in this session"`
+	TimeoutMs  int64  `json:"timeout_ms,omitempty" jsonschema:"how long to wait in milliseconds; 0 means 30000; at most 600000"`
+	Until      string `json:"until,omitempty" jsonschema:"a regular expression (Go syntax) matched against each line of output, those already printed included: return as soon as a line matches, instead of waiting for the end"`
+	FromOffset int64  `json:"from_offset,omitempty" jsonschema:"with until: only lines that start at or after this output offset count; 0 means all"`
+}
+
+// WatchInput is the input of shell_watch.
+type WatchInput struct {
+	JobID   string `json:"job_id" jsonschema:"a job ID returned by shell in this session"`
+	Pattern string `json:"pattern" jsonschema:"a regular expression (Go syntax) matched against each line of output printed from now on"`
+	Name    string `json:"name,omitempty" jsonschema:"names the watch in its notifications; default: the pattern"`
+	Every   bool   `json:"every,omitempty" jsonschema:"notify on every matching line, not only the first"`
+}
+
+// WatchOutput is the structured result of shell_watch.
+type WatchOutput struct {
+	JobID   string `json:"job_id"`
+	Name    string `json:"name" jsonschema:"the watch's name, as its notifications give it"`
+	Pattern string `json:"pattern"`
+	Every   bool   `json:"every"`
 }
 
 // JobResult is the structured result of shell_wait and shell_cancel.
 type JobResult struct {
-	JobID           string `json:"job_id"`
-	Command         string `json:"command"`
-	State           string `json:"state" jsonschema:"queued, running, exited, cancelled, timed_out or failed"`
-	Done            bool   `json:"done" jsonschema:"the job has ended"`
-	ExitCode        *int   `json:"exit_code,omitempty" jsonschema:"the exit status once the job has ended"`
-	Output          string `json:"output" jsonschema:"the job's output; when too long, the head, an omission line and the tail"`
-	OutputBytes     int64  `json:"output_bytes"`
-	OmittedBytes    int64  `json:"omitted_bytes,omitempty"`
-	DurationMs      int64  `json:"duration_ms"`
-	Reason          string `json:"reason,omitempty"`
-	Notice          string `json:"notice,omitempty"`
-	CPUMs           int64  `json:"cpu_ms,omitempty" jsonschema:"CPU time (user and system) the job's processes used"`
-	PeakMemoryBytes int64  `json:"peak_memory_bytes,omitempty" jsonschema:"the job's peak memory, where the system tells it"`
+	JobID           string     `json:"job_id"`
+	Command         string     `json:"command"`
+	State           string     `json:"state" jsonschema:"queued, running, exited, cancelled, timed_out or failed"`
+	Done            bool       `json:"done" jsonschema:"the job has ended"`
+	ExitCode        *int       `json:"exit_code,omitempty" jsonschema:"the exit status once the job has ended"`
+	Output          string     `json:"output" jsonschema:"the job's output; when too long, the head, an omission line and the tail"`
+	OutputBytes     int64      `json:"output_bytes"`
+	OmittedBytes    int64      `json:"omitted_bytes,omitempty"`
+	DurationMs      int64      `json:"duration_ms"`
+	Reason          string     `json:"reason,omitempty"`
+	Notice          string     `json:"notice,omitempty"`
+	CPUMs           int64      `json:"cpu_ms,omitempty" jsonschema:"CPU time (user and system) the job's processes used"`
+	PeakMemoryBytes int64      `json:"peak_memory_bytes,omitempty" jsonschema:"the job's peak memory, where the system tells it"`
+	Matched         *MatchInfo `json:"matched,omitempty" jsonschema:"the line that until matched"`
 }
 
 // ListOutput is the structured result of shell_list.
@@ -175,8 +210,9 @@ func (s *Server) addTools() {
 		Name: "shell",
 		Description: "Run a shell command. Waits up to wait_ms (default 30s) and returns its output and exit code; " +
 			"if it is still running then, it goes on in the background and the result has detached: true and a job_id. " +
-			"With background: true it returns the job_id at once. Progress notifications are sent while waiting " +
-			"when the request carries a progress token.",
+			"With background: true it returns the job_id at once. With until (a regular expression), it returns as soon as " +
+			"a line of output matches, with that line in matched, and the command goes on: use it to start a server and " +
+			"wait for it to be ready. Progress notifications are sent while waiting when the request carries a progress token.",
 	}, s.shell)
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name: "shell_status",
@@ -190,10 +226,17 @@ func (s *Server) addTools() {
 			"Waits up to wait_ms for the job to answer and returns what it printed after the write (and a tty job's screen).",
 	}, s.write)
 	mcp.AddTool(s.mcp, &mcp.Tool{
-		Name:        "shell_wait",
-		Description: "Wait until a job ends, at most timeout_ms (default 30s), and return its state, exit code and output.",
+		Name: "shell_wait",
+		Description: "Wait until a job ends, at most timeout_ms (default 30s), and return its state, exit code and output. " +
+			"With until (a regular expression), return as soon as a line of its output matches (lines printed before the call count), with that line in matched.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
 	}, s.wait)
+	mcp.AddTool(s.mcp, &mcp.Tool{
+		Name: "shell_watch",
+		Description: "Watch a running job's output: each later line that matches pattern (a regular expression) is sent " +
+			"as a logging notification (logger \"bgjob\", event \"job_matched\", with the line and its offset) if the client " +
+			"has set a logging level. Once, or for every matching line with every: true.",
+	}, s.watch)
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name: "shell_cancel",
 		Description: "Stop a job and every process it started (SIGTERM, then SIGKILL after a grace period) and return its final state. " +
@@ -253,6 +296,41 @@ func (s *Server) shell(ctx context.Context, req *mcp.CallToolRequest, in ShellIn
 	if in.TimeoutMs < 0 || in.IdleTimeoutMs < 0 {
 		return nil, ShellOutput{}, errors.New("timeout_ms and idle_timeout_ms must not be negative")
 	}
+	var u *untilWait
+	rctx := ctx // ends the inline wait: the request's ctx, or the until line
+	if in.Until != "" {
+		if in.Background {
+			return nil, ShellOutput{}, errors.New("until waits for a line, background returns at once: set one of them")
+		}
+		if s.remote {
+			// The until watch's match would reach the worker's
+			// Registry, not this server: a fleet carries no matches.
+			return nil, ShellOutput{}, errors.New("until: not with jobs on a fleet (-nats); start the job, then use shell_wait with until, which asks the job's worker")
+		}
+		re, err := regexp.Compile(in.Until)
+		if err != nil {
+			return nil, ShellOutput{}, fmt.Errorf("until: %w", err)
+		}
+		// A watch of the job's own, named by a random token, which the
+		// OnMatch hook routes to this call; it lets RunForeground detach
+		// as soon as the line comes.
+		var stop context.CancelFunc
+		rctx, stop = context.WithCancel(ctx)
+		defer stop()
+		var tok [12]byte
+		rand.Read(tok[:])
+		name := untilPrefix + hex.EncodeToString(tok[:])
+		u = &untilWait{found: make(chan bgjob.Match, 1), stop: stop}
+		s.mu.Lock()
+		s.untils[name] = u
+		s.mu.Unlock()
+		defer func() {
+			s.mu.Lock()
+			delete(s.untils, name)
+			s.mu.Unlock()
+		}()
+		spec.Watches = []bgjob.Watch{{Name: name, Pattern: re}}
+	}
 	if in.Background {
 		snap, err := jobs.Start(ctx, spec)
 		if err != nil {
@@ -278,7 +356,7 @@ func (s *Server) shell(ctx context.Context, req *mcp.CallToolRequest, in ShellIn
 			})
 		}
 	}
-	res, err := jobs.RunForeground(ctx, spec, fg)
+	res, err := jobs.RunForeground(rctx, spec, fg)
 	if err != nil {
 		return nil, ShellOutput{}, launchError(err)
 	}
@@ -290,6 +368,13 @@ func (s *Server) shell(ctx context.Context, req *mcp.CallToolRequest, in ShellIn
 		return nil, shellOutput(snap, false), ctx.Err()
 	}
 	out := s.withScreen(jobs, shellOutput(res.Snapshot, res.Detached), res.Snapshot)
+	if u != nil {
+		select {
+		case m := <-u.found:
+			out.Matched = matchInfo(m)
+		default:
+		}
+	}
 	return textResult(shellText(out, wait)), out, nil
 }
 
@@ -416,6 +501,8 @@ func shellText(out ShellOutput, wait time.Duration) string {
 		fmt.Fprintf(&b, "queued (place %d) as %s: it starts when a running job ends.", out.QueuePosition, out.JobID)
 	case out.Detached && wait == 0:
 		fmt.Fprintf(&b, "started in the background as %s.", out.JobID)
+	case out.Detached && out.Matched != nil:
+		fmt.Fprintf(&b, "until matched at offset %d: still running, detached as %s.", out.Matched.Offset, out.JobID)
 	case out.Detached:
 		fmt.Fprintf(&b, "still running after %s: detached as %s.", wait, out.JobID)
 	default:
@@ -433,6 +520,9 @@ func shellText(out ShellOutput, wait time.Duration) string {
 	if out.Detached {
 		fmt.Fprintf(&b, " Read more with shell_status (offset %d), or use shell_wait / shell_cancel.", out.NextOffset)
 	}
+	if m := out.Matched; m != nil {
+		b.WriteString(matchText(m))
+	}
 	if out.Interactive {
 		b.WriteString(" It takes input: send it with shell_write.")
 	}
@@ -443,6 +533,14 @@ func shellText(out ShellOutput, wait time.Duration) string {
 		b.WriteString(out.Output)
 	}
 	return b.String()
+}
+
+// matchText is the text form of an until line: " Matched line: ..."
+func matchText(m *MatchInfo) string {
+	if m.Withheld {
+		return " The matching line was withheld by the output policy."
+	}
+	return fmt.Sprintf(" Matched line: %q.", m.Line)
 }
 
 func textResult(text string) *mcp.CallToolResult {
@@ -717,6 +815,12 @@ func (s *Server) wait(ctx context.Context, req *mcp.CallToolRequest, in WaitInpu
 	}
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if in.Until != "" {
+		return s.waitUntil(ctx, wctx, req, in, timeout)
+	}
+	if in.FromOffset != 0 {
+		return nil, JobResult{}, errors.New("from_offset goes with until")
+	}
 	snap, err := s.jobs(req.Session).Wait(wctx, bgjob.ID(in.JobID))
 	switch {
 	case errors.Is(err, bgjob.ErrNotFound):
@@ -730,6 +834,82 @@ func (s *Server) wait(ctx context.Context, req *mcp.CallToolRequest, in WaitInpu
 	if !out.Done {
 		text = fmt.Sprintf("%s still running after waiting %s.", out.JobID, timeout)
 	}
+	return textResult(text), out, nil
+}
+
+// waitUntil is shell_wait with until: it waits for a line that matches,
+// or the job's end, or the timeout (wctx).
+func (s *Server) waitUntil(ctx, wctx context.Context, req *mcp.CallToolRequest, in WaitInput, timeout time.Duration) (*mcp.CallToolResult, JobResult, error) {
+	re, err := regexp.Compile(in.Until)
+	if err != nil {
+		return nil, JobResult{}, fmt.Errorf("until: %w", err)
+	}
+	if in.FromOffset < 0 {
+		return nil, JobResult{}, errors.New("from_offset must not be negative")
+	}
+	jobs := s.jobs(req.Session)
+	id := bgjob.ID(in.JobID)
+	m, err := jobs.WaitFor(wctx, id, re, in.FromOffset)
+	var ended *bgjob.EndedError
+	switch {
+	case errors.Is(err, bgjob.ErrNotFound):
+		return nil, JobResult{}, notFound(in.JobID)
+	case errors.As(err, &ended):
+		// The job ended without such a line: its final result.
+		out := jobResult(ended.Snapshot)
+		return textResult(jobText(out) + "\nNo line matched until."), out, nil
+	case err != nil && ctx.Err() != nil:
+		return nil, JobResult{}, ctx.Err()
+	}
+	snap, serr := jobs.Status(id)
+	if serr != nil {
+		return nil, JobResult{}, notFound(in.JobID)
+	}
+	out := jobResult(snap)
+	if err != nil {
+		// The timeout: not an error, the result says so.
+		return textResult(fmt.Sprintf("%s still running after waiting %s; no line matched until.", out.JobID, timeout)), out, nil
+	}
+	out.Matched = matchInfo(m)
+	text := fmt.Sprintf("%s %s: until matched at offset %d.%s", out.JobID, out.State, m.Offset, matchText(out.Matched))
+	return textResult(text), out, nil
+}
+
+// watch is shell_watch: it adds a watch to a running job, whose matches
+// the OnMatch hook sends as notifications.
+func (s *Server) watch(_ context.Context, req *mcp.CallToolRequest, in WatchInput) (*mcp.CallToolResult, WatchOutput, error) {
+	re, err := regexp.Compile(in.Pattern)
+	if err != nil {
+		return nil, WatchOutput{}, fmt.Errorf("pattern: %w", err)
+	}
+	name := in.Name
+	if name == "" {
+		name = in.Pattern
+	}
+	if strings.HasPrefix(name, untilPrefix) {
+		return nil, WatchOutput{}, fmt.Errorf("name: %q is reserved", untilPrefix)
+	}
+	if s.remote {
+		return nil, WatchOutput{}, errors.New("shell_watch: not with jobs on a fleet (-nats), whose matches stay on the workers; use shell_wait with until")
+	}
+	err = s.jobs(req.Session).Watch(bgjob.ID(in.JobID), bgjob.Watch{Name: name, Pattern: re, Every: in.Every})
+	switch {
+	case errors.Is(err, bgjob.ErrNotFound):
+		return nil, WatchOutput{}, notFound(in.JobID)
+	case errors.Is(err, bgjob.ErrJobEnded):
+		return nil, WatchOutput{}, fmt.Errorf("job %s has ended: nothing more to watch (shell_wait with until looks at its output)", in.JobID)
+	case errors.Is(err, bgjob.ErrInvalidArgument):
+		return nil, WatchOutput{}, fmt.Errorf("job %s has a watch named %q already", in.JobID, name)
+	case err != nil:
+		return nil, WatchOutput{}, err
+	}
+	out := WatchOutput{JobID: in.JobID, Name: name, Pattern: in.Pattern, Every: in.Every}
+	how := "the first line"
+	if in.Every {
+		how = "each line"
+	}
+	text := fmt.Sprintf("watching %s: %s from now on that matches %q is sent as a logging notification (logger \"bgjob\", event \"job_matched\", watch %q).",
+		in.JobID, how, in.Pattern, name)
 	return textResult(text), out, nil
 }
 

@@ -6,7 +6,7 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, mkdirSync, readFileSync, realpathSync, rmSync, symlinkSync } from 'node:fs';
+import { existsSync, mkdtempSync, mkdirSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createConnection, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -38,9 +38,10 @@ after(() => {
   rmSync(tmp, { recursive: true, force: true });
 });
 
-// start spawns a server process and connects a client to it. Completion
-// notifications (logging messages from logger "bgjob") are collected in
-// the returned `completions`, and `completion(id)` waits for one.
+// start spawns a server process and connects a client to it. Its logging
+// notifications from logger "bgjob" are collected in the returned
+// `notes`; `completion(id)` waits for a job's job_completed one, and
+// `matched(id, n)` for n job_matched ones.
 async function start(args = []) {
   const transport = new StdioClientTransport({
     command: bin,
@@ -48,29 +49,33 @@ async function start(args = []) {
     stderr: 'inherit',
   });
   const client = new Client({ name: 'bgjob-e2e', version: '0.0.0' });
-  const completions = [];
+  const notes = [];
   const waiters = [];
   client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => {
     if (n.params.logger !== 'bgjob') return;
-    completions.push(n.params.data);
+    notes.push(n.params.data);
     for (const w of waiters.splice(0)) w();
   });
   await client.connect(transport);
   await client.setLoggingLevel('info');
 
-  const completion = async (id) => {
+  // notifications waits until n notifications of the event about job id
+  // came, and returns them.
+  const notifications = async (event, id, n) => {
     const until = Date.now() + DEADLINE_MS;
     for (;;) {
-      const found = completions.find((c) => c.job_id === id);
-      if (found) return found;
+      const found = notes.filter((c) => c.event === event && c.job_id === id);
+      if (found.length >= n) return found;
       const left = until - Date.now();
-      assert.ok(left > 0, `no completion notification for ${id}`);
+      assert.ok(left > 0, `${found.length} ${event} notifications for ${id}; want ${n}`);
       await new Promise((resolve) => {
         const timer = setTimeout(resolve, left);
         waiters.push(() => { clearTimeout(timer); resolve(); });
       });
     }
   };
+  const completion = async (id) => (await notifications('job_completed', id, 1))[0];
+  const matched = (id, n) => notifications('job_matched', id, n);
 
   // call returns the tool result; ok asserts it is not a tool error.
   const call = (name, args = {}, options) => client.callTool({ name, arguments: args }, undefined, options);
@@ -80,7 +85,7 @@ async function start(args = []) {
     assert.ok(res.structuredContent, `${name}: no structured content`);
     return res;
   };
-  return { client, call, ok, completions, completion, close: () => client.close() };
+  return { client, call, ok, notes, completion, matched, close: () => client.close() };
 }
 
 // readAll follows a job's output with shell_status from offset to the end,
@@ -121,14 +126,14 @@ test('lists the six tools with input and output schemas', async () => {
   try {
     const { tools } = await s.client.listTools();
     const names = tools.map((t) => t.name).sort();
-    assert.deepEqual(names, ['shell', 'shell_cancel', 'shell_list', 'shell_status', 'shell_wait', 'shell_write']);
+    assert.deepEqual(names, ['shell', 'shell_cancel', 'shell_list', 'shell_status', 'shell_wait', 'shell_watch', 'shell_write']);
     for (const t of tools) {
       assert.equal(t.inputSchema.type, 'object', `${t.name} input schema`);
       assert.equal(t.outputSchema?.type, 'object', `${t.name} output schema`);
     }
     const shell = tools.find((t) => t.name === 'shell');
     assert.deepEqual(shell.inputSchema.required, ['command']);
-    for (const p of ['command', 'cwd', 'timeout_ms', 'idle_timeout_ms', 'wait_ms', 'background', 'stdin', 'interactive', 'tty', 'rows', 'cols', 'leftovers', 'priority']) {
+    for (const p of ['command', 'cwd', 'timeout_ms', 'idle_timeout_ms', 'wait_ms', 'background', 'stdin', 'interactive', 'tty', 'rows', 'cols', 'leftovers', 'priority', 'until']) {
       assert.ok(p in shell.inputSchema.properties, `shell input has ${p}`);
     }
   } finally {
@@ -341,6 +346,39 @@ test('-state-dir: a background job survives a restart of the server', async () =
   }
 });
 
+test('shell with until returns the ready line and leaves the server running', async () => {
+  const s = await start();
+  try {
+    const begin = Date.now();
+    const res = await s.ok('shell', {
+      command: 'echo booting; sleep 0.3; echo "Local: http://localhost:5173/ ready in 312 ms"; sleep 60',
+      until: 'ready in \\d+ ms',
+      wait_ms: 20_000,
+    });
+    const out = res.structuredContent;
+    assert.ok(Date.now() - begin < 10_000, 'returned as soon as the line came, not at wait_ms');
+    assert.equal(out.detached, true);
+    assert.equal(out.state, 'running');
+    assert.deepEqual(out.matched, { line: 'Local: http://localhost:5173/ ready in 312 ms', offset: 8 });
+    assert.match(res.content[0].text, /until matched at offset 8/);
+    assert.equal((await s.ok('shell_status', { job_id: out.job_id })).structuredContent.state, 'running');
+
+    // shell_wait with until: the line was printed before the call.
+    const w = (await s.ok('shell_wait', { job_id: out.job_id, until: '^booting$' })).structuredContent;
+    assert.equal(w.done, false);
+    assert.deepEqual(w.matched, { line: 'booting', offset: 0 });
+    assert.equal((await s.ok('shell_cancel', { job_id: out.job_id })).structuredContent.state, 'cancelled');
+
+    // A command that ends before the line: its final result.
+    const done = (await s.ok('shell', { command: 'echo build failed; exit 2', until: 'ready' })).structuredContent;
+    assert.equal(done.detached, false);
+    assert.equal(done.exit_code, 2);
+    assert.equal(done.matched, undefined);
+  } finally {
+    await s.close();
+  }
+});
+
 // awaitScreen calls shell_status until the job's screen satisfies ok (the
 // screen follows the job's output, which comes when it comes), or fails
 // at the deadline; between calls it blocks in shell_wait, not in a sleep.
@@ -377,6 +415,31 @@ test('answers a prompt with shell_write (read, then echo)', async () => {
     const late = await s.call('shell_write', { job_id: out.job_id, text: 'x' });
     assert.ok(late.isError, 'writing to an ended job is a tool error');
     assert.match(late.content[0].text, /input is closed/);
+  } finally {
+    await s.close();
+  }
+});
+
+test('shell_watch pushes each matching line as a notification', async () => {
+  const s = await start();
+  try {
+    const gate = join(tmp, 'gate');
+    const cmd = `echo start; while [ ! -e ${gate} ]; do sleep 0.01; done; echo "GET / 200"; echo "GET /x 500 error"; echo "GET /y 500 error"; sleep 60`;
+    const { job_id: id } = (await s.ok('shell', { command: cmd, background: true })).structuredContent;
+    const wo = (await s.ok('shell_watch', { job_id: id, pattern: ' 5\\d\\d ', name: 'server-errors', every: true })).structuredContent;
+    assert.deepEqual(wo, { job_id: id, name: 'server-errors', pattern: ' 5\\d\\d ', every: true });
+    const dup = await s.call('shell_watch', { job_id: id, pattern: 'x', name: 'server-errors' });
+    assert.equal(dup.isError, true, 'a name taken is a tool error');
+    writeFileSync(gate, '');
+    const ms = await s.matched(id, 2);
+    assert.deepEqual(ms.map((m) => [m.watch, m.line, m.offset]), [
+      ['server-errors', 'GET /x 500 error', 16],
+      ['server-errors', 'GET /y 500 error', 33],
+    ]);
+    assert.ok(ms.every((m) => typeof m.at === 'string' && m.session), 'a match carries its time and session');
+    await s.ok('shell_cancel', { job_id: id });
+    const late = await s.call('shell_watch', { job_id: id, pattern: 'x' });
+    assert.equal(late.isError, true, 'an ended job cannot be watched');
   } finally {
     await s.close();
   }
