@@ -43,7 +43,8 @@
 //	P_out      stream               P.out.SESSION.ID.RUN     admitted output chunks, by offset
 //	P_done     stream, work queue   P.done.SESSION           completions, each taken once
 //	(core)     request-reply        P.rpc.WORKER.SESSION     Status, Read, ReadWait, Cancel, Write,
-//	                                                         CloseInput, Resize, Screen at the job's worker
+//	                                                         CloseInput, Resize, Screen, Watch, WaitFor
+//	                                                         at the job's worker
 //
 // SESSION is [SessionToken] of the session's name.
 //
@@ -150,6 +151,11 @@
 //     lives on the worker, which lets the job go at its end.
 //   - Readmit fails with ErrUnsupported: the Admitter runs on the
 //     workers. Detach is Close: a client holds no job.
+//   - Matches are not carried: the matches of watches (Spec.Watches,
+//     Watch) reach the worker Registry's OnMatch and Matches queue, and
+//     the client's Matches returns nil with Err wrapping ErrUnsupported.
+//     WaitFor works through the fleet: at the worker while the job runs,
+//     over the published (admitted) output once it has ended.
 //   - A queued launch is State Queued without a QueuePosition.
 //   - A worker restarted after its heartbeat expired finds its jobs
 //     recorded lost; a durable Registry's job still running then is
