@@ -121,7 +121,7 @@ function gone(pid) {
   }
 }
 
-test('lists the six tools with input and output schemas', async () => {
+test('lists the seven tools with input and output schemas', async () => {
   const s = await start();
   try {
     const { tools } = await s.client.listTools();
