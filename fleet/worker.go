@@ -56,6 +56,14 @@ type WorkerConfig struct {
 	// made or updated.
 	AckWait time.Duration
 
+	// Matches, if not nil, is the feed that the Registry's
+	// Config.OnMatch calls (see [MatchFeed]): the worker publishes the
+	// matches of the jobs it runs to the fleet, where Client.Matches and
+	// Client.NextMatch take them. If Matches is nil, the matches stay
+	// with the Registry (its OnMatch and Matches queue), and no client
+	// gets them.
+	Matches *MatchFeed
+
 	// Logger, if not nil, receives the worker's warnings. If Logger is
 	// nil, they are discarded.
 	Logger *slog.Logger
@@ -76,8 +84,10 @@ type WorkerConfig struct {
 // is read through Registry.ReadWait, snapshots through Status and Wait.
 //
 // The worker takes over the Registry's completion queues (it drains the
-// queue of each session whose job ends), so a host should not read
-// completions from a Registry it serves. Its other methods stay the
+// queue of each session whose job ends) and, with a MatchFeed, its match
+// queues (it drains the queue of each session whose match it published),
+// so a host should not read completions or matches from a Registry it
+// serves. Its other methods stay the
 // host's. Close the Worker before the Registry.
 //
 // A Worker is safe for concurrent use.
@@ -104,6 +114,13 @@ type Worker struct {
 	running atomic.Int64   // launches taken and not yet finalized
 	freed   chan struct{}  // a slot freed (capacity 1)
 	sub     *nats.Subscription
+	// matchCh holds the matches from the MatchFeed for the relay; poke
+	// wakes the relay when a run's Registry ID becomes known (both
+	// capacity-bounded, never blocking a sender).
+	matchCh chan bgjob.Match
+	poke    chan struct{}
+	dropMu  sync.Mutex       // guards dropped
+	dropped map[string]int64 // matches refused by a full matchCh, by session
 	// detached is set by Detach: the runs are left to the next worker
 	// of this name, unrecorded.
 	detached atomic.Bool
@@ -111,6 +128,13 @@ type Worker struct {
 	// mu guards the fields below.
 	mu        sync.Mutex
 	jobs      map[bgjob.ID]*served // the runs this worker serves, by fleet ID
+	// byLocal holds the same runs by their Registry ID, and those that
+	// ended within matchLinger (lingering, oldest first), for the
+	// relay; starting counts launches inside Registry.Start, whose
+	// matches may come before their ID.
+	byLocal   map[bgjob.ID]*served
+	lingering []lingering
+	starting  int
 	rpcClosed bool                 // no request is answered any more
 	closed    bool
 }
@@ -173,7 +197,8 @@ func NewWorker(nc *nats.Conn, reg *bgjob.Registry, cfg WorkerConfig) (*Worker, e
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{nc: nc, js: js, s: s, reg: reg, cfg: cfg, log: log, freed: make(chan struct{}, 1), jobs: map[bgjob.ID]*served{}}
+	w := &Worker{nc: nc, js: js, s: s, reg: reg, cfg: cfg, log: log, freed: make(chan struct{}, 1), jobs: map[bgjob.ID]*served{},
+		byLocal: map[bgjob.ID]*served{}, matchCh: make(chan bgjob.Match, relayBacklog), poke: make(chan struct{}, 1), dropped: map[string]int64{}}
 	err = retry(setup, l, func(ctx context.Context) error {
 		var err error
 		w.cons, err = js.CreateOrUpdateConsumer(ctx, l.launchStream(), jetstream.ConsumerConfig{
@@ -193,16 +218,23 @@ func NewWorker(nc *nats.Conn, reg *bgjob.Registry, cfg WorkerConfig) (*Worker, e
 	if err := w.beat(setup); err != nil {
 		return nil, fmt.Errorf("bgjob/fleet: heartbeat: %w", err)
 	}
+	// The feed first: a match found from here on reaches the relay
+	// (adopt drains what the Registry queued before).
+	if cfg.Matches != nil && !cfg.Matches.w.CompareAndSwap(nil, w) {
+		return nil, fmt.Errorf("bgjob/fleet: WorkerConfig.Matches: the feed serves another worker: %w", errInvalidConfig)
+	}
 	// The worker's life starts before its first request can come.
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	w.takeCtx, w.stopTaking = context.WithCancel(w.ctx)
 	w.sub, err = nc.Subscribe(l.rpcSubject(cfg.Name, "*"), w.request)
 	if err != nil {
+		w.letFeedGo()
 		w.cancel()
 		return nil, fmt.Errorf("bgjob/fleet: subscribe: %w", err)
 	}
 	if err := w.adopt(setup); err != nil {
 		w.detached.Store(true) // leave what was adopted unrecorded
+		w.letFeedGo()
 		w.sub.Unsubscribe()
 		w.cancel()
 		w.wg.Wait()
@@ -212,7 +244,19 @@ func NewWorker(nc *nats.Conn, reg *bgjob.Registry, cfg WorkerConfig) (*Worker, e
 	w.wg.Add(2)
 	go w.heartbeats() // ends when Close cancels ctx
 	go w.take()       // ends when Close cancels takeCtx
+	if cfg.Matches != nil {
+		w.wg.Add(1)
+		go w.relay() // ends when Close or Detach cancels ctx
+	}
 	return w, nil
+}
+
+// letFeedGo detaches the MatchFeed from the worker; the relay then
+// publishes what it holds and ends with ctx.
+func (w *Worker) letFeedGo() {
+	if w.cfg.Matches != nil {
+		w.cfg.Matches.w.CompareAndSwap(w, nil)
+	}
 }
 
 // Name returns the worker's name in the fleet.
@@ -361,7 +405,14 @@ func (w *Worker) serve(m jetstream.Msg) {
 	}
 	spec := l.Spec
 	spec.Unique = true // the fleet coalesced already; the worker never joins
+	w.startingRun()
 	snap, err = w.reg.Start(ctx, spec)
+	if err != nil {
+		w.startedRun(sv, "")
+	} else {
+		sv.local.Store(snap.ID)
+		w.startedRun(sv, snap.ID)
+	}
 	if errors.Is(err, bgjob.ErrTooManyRunning) {
 		// The Registry is busier than the worker's slots say (the host
 		// runs jobs of its own): give the launch back for a while.
@@ -378,7 +429,6 @@ func (w *Worker) serve(m jetstream.Msg) {
 		w.answer(l.Reply, errorReply(err))
 		return
 	}
-	sv.local.Store(snap.ID)
 	local := snap.ID
 	snap = w.fleetSnap(sv, snap)
 	for {
@@ -459,6 +509,7 @@ func (w *Worker) forget(sv *served) {
 	if w.jobs[sv.id] == sv {
 		delete(w.jobs, sv.id)
 	}
+	w.endedLocked(sv)
 	w.mu.Unlock()
 }
 
@@ -730,6 +781,21 @@ func (w *Worker) adopt(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	sessions := map[string]bool{} // of the runs adopted
+	defer func() {
+		if w.cfg.Matches == nil {
+			return
+		}
+		// Matches the Registry queued before the feed reached this
+		// worker (a durable Registry's replay, a job's lines while
+		// no worker served it): the relay publishes those of the
+		// adopted runs, once (the publication's message ID).
+		for session := range sessions {
+			for _, m := range w.reg.Matches(session) {
+				w.matched(m)
+			}
+		}
+	}()
 	for key, rec := range recs {
 		if rec.Worker != w.cfg.Name {
 			continue
@@ -754,7 +820,9 @@ func (w *Worker) adopt(ctx context.Context) error {
 			from := w.published(ctx, sv)
 			w.mu.Lock()
 			w.jobs[sv.id] = sv
+			w.byLocal[rec.Local] = sv
 			w.mu.Unlock()
+			sessions[rec.Snap.Session] = true
 			w.running.Add(1)
 			w.wg.Add(1)
 			go func() { // ends when the run's end is recorded
@@ -815,6 +883,7 @@ func (w *Worker) Detach() error {
 	w.detached.Store(true)
 	w.stopTaking()
 	w.sub.Unsubscribe()
+	w.letFeedGo()
 	w.cancel()
 	w.rpcWG.Wait()
 	w.wg.Wait()
@@ -863,6 +932,7 @@ func (w *Worker) Close(ctx context.Context) error {
 	w.rpcClosed = true
 	w.mu.Unlock()
 	w.sub.Unsubscribe()
+	w.letFeedGo()
 	w.cancel()
 	w.rpcWG.Wait()
 	w.wg.Wait()
