@@ -166,8 +166,9 @@
 //     as they come (NATS slow or away) drops those past 1,024 waiting,
 //     and the session's next match counts them in Dropped, so that the
 //     jobs' output is never held up by the fleet. Matches found after
-//     the worker's Close or Detach are not carried (a durable Registry's
-//     are picked up by the next worker of the name that adopts the job).
+//     the worker's Close or Detach are not carried; a worker that adopts
+//     runs publishes the matches its Registry queued for them (with a
+//     durable Registry, those of lines printed while no worker ran).
 //     WaitFor works through the fleet: at the worker while the job runs,
 //     over the published (admitted) output once it has ended.
 //   - A queued launch is State Queued without a QueuePosition.

@@ -126,8 +126,8 @@ type Worker struct {
 	detached atomic.Bool
 
 	// mu guards the fields below.
-	mu        sync.Mutex
-	jobs      map[bgjob.ID]*served // the runs this worker serves, by fleet ID
+	mu   sync.Mutex
+	jobs map[bgjob.ID]*served // the runs this worker serves, by fleet ID
 	// byLocal holds the same runs by their Registry ID, and those that
 	// ended within matchLinger (lingering, oldest first), for the
 	// relay; starting counts launches inside Registry.Start, whose
@@ -135,7 +135,7 @@ type Worker struct {
 	byLocal   map[bgjob.ID]*served
 	lingering []lingering
 	starting  int
-	rpcClosed bool                 // no request is answered any more
+	rpcClosed bool // no request is answered any more
 	closed    bool
 }
 
