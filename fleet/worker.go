@@ -71,6 +71,9 @@ type WorkerConfig struct {
 	// afterClaim, for tests, is called after the worker claimed a launch
 	// and before it starts the job.
 	afterClaim func()
+	// muteBeats, for tests, while it holds true, makes the worker skip
+	// its heartbeats as if cut off from JetStream (a partition).
+	muteBeats *atomic.Bool
 }
 
 // Worker serves a local [bgjob.Registry] to a fleet: it takes launches
@@ -117,10 +120,11 @@ type Worker struct {
 	// matchCh holds the matches from the MatchFeed for the relay; poke
 	// wakes the relay when a run's Registry ID becomes known (both
 	// capacity-bounded, never blocking a sender).
-	matchCh chan bgjob.Match
-	poke    chan struct{}
-	dropMu  sync.Mutex       // guards dropped
-	dropped map[string]int64 // matches refused by a full matchCh, by session
+	matchCh   chan bgjob.Match
+	poke      chan struct{}
+	dropMu    sync.Mutex       // guards dropped
+	dropped   map[string]int64 // matches refused by a full matchCh, by session
+	firstBeat time.Time        // when NewWorker sent its heartbeat
 	// detached is set by Detach: the runs are left to the next worker
 	// of this name, unrecorded.
 	detached atomic.Bool
@@ -148,6 +152,7 @@ type served struct {
 
 	local     atomic.Value   // bgjob.ID in the Registry, once started
 	cancelled atomic.Bool    // a Cancel came: stop it, or never start it
+	fenced    atomic.Bool    // the fleet settled the run without this worker: stopped
 	ended     chan struct{}  // closed once the end is recorded
 	final     bgjob.Snapshot // set before ended closes
 }
@@ -215,6 +220,7 @@ func NewWorker(nc *nats.Conn, reg *bgjob.Registry, cfg WorkerConfig) (*Worker, e
 	if err != nil {
 		return nil, fmt.Errorf("bgjob/fleet: pool consumer: %w", err)
 	}
+	w.firstBeat = time.Now()
 	if err := w.beat(setup); err != nil {
 		return nil, fmt.Errorf("bgjob/fleet: heartbeat: %w", err)
 	}
@@ -280,19 +286,95 @@ func (w *Worker) beat(ctx context.Context) error {
 	return err
 }
 
+// heartbeats writes the heartbeat every Heartbeat, and fences the
+// worker after a gap (see fence).
 func (w *Worker) heartbeats() {
 	defer w.wg.Done()
 	t := time.NewTicker(w.cfg.Heartbeat)
 	defer t.Stop()
+	last := w.firstBeat // when the last heartbeat that was stored was sent
+	var fenceUntil time.Time
 	for {
 		select {
 		case <-w.ctx.Done():
 			return
 		case <-t.C:
-			if err := w.beat(w.ctx); err != nil && w.ctx.Err() == nil {
+		}
+		sent := time.Now()
+		var err error
+		if w.cfg.muteBeats != nil && w.cfg.muteBeats.Load() {
+			err = errors.New("muted (test)")
+		} else {
+			err = w.beat(w.ctx)
+		}
+		if err != nil {
+			if w.ctx.Err() == nil {
 				w.log.Warn("bgjob/fleet: heartbeat", "worker", w.cfg.Name, "err", err)
 			}
+			continue
 		}
+		now := time.Now()
+		// The last stored heartbeat expired before this one was stored
+		// only if this one's answer came HeartbeatTTL or more after
+		// that one was sent: then the reapers may have settled this
+		// worker's runs "worker lost", and for a while (a reaper's
+		// sweep may record the loss a little later) every beat checks.
+		if now.Sub(last) >= w.cfg.HeartbeatTTL {
+			w.log.Warn("bgjob/fleet: heartbeat gap: checking for runs settled without this worker", "worker", w.cfg.Name, "gap", now.Sub(last))
+			fenceUntil = now.Add(fenceWindow(w.cfg.Layout, w.cfg.HeartbeatTTL))
+		}
+		last = sent
+		if now.Before(fenceUntil) {
+			w.fence()
+		}
+	}
+}
+
+// fenceWindow is how long after a heartbeat gap a worker keeps checking
+// its runs: a reaper that saw the heartbeat gone records the loss
+// within its sweep's bound (10 RequestTimeouts).
+func fenceWindow(l Layout, ttl time.Duration) time.Duration {
+	return ttl + 10*l.RequestTimeout
+}
+
+// fence stops the jobs of the runs the fleet settled without this
+// worker: a run whose record ended (a reaper recorded it "worker lost"
+// while the worker's heartbeat was gone), was given to another worker,
+// or was replaced by a new run of its ID. The fleet has told everyone
+// such a job ended, so it must not run on. Its end is not recorded
+// again (finish finds the record ended), and no second completion is
+// queued.
+func (w *Worker) fence() {
+	w.mu.Lock()
+	svs := make([]*served, 0, len(w.jobs))
+	for _, sv := range w.jobs {
+		svs = append(svs, sv)
+	}
+	w.mu.Unlock()
+	for _, sv := range svs {
+		local, _ := sv.local.Load().(bgjob.ID)
+		if local == "" || sv.fenced.Load() {
+			continue // not started: its start finds the record taken (serve)
+		}
+		ctx, cancel := context.WithTimeout(w.ctx, w.cfg.RequestTimeout)
+		rec, _, found, err := w.s.get(ctx, sv.key)
+		cancel()
+		if err != nil || !found {
+			continue
+		}
+		if rec.Run == sv.run && rec.Worker == w.cfg.Name && rec.Phase != phaseEnded {
+			continue
+		}
+		if sv.fenced.Swap(true) {
+			continue
+		}
+		w.log.Warn("bgjob/fleet: fenced: the fleet settled this run without the worker; stopping its job",
+			"id", sv.id, "local", local, "phase", rec.Phase, "reason", rec.Snap.Reason)
+		w.wg.Add(1)
+		go func() { // ends with the job, KillGrace at most
+			defer w.wg.Done()
+			w.reg.Cancel(local)
+		}()
 	}
 }
 
