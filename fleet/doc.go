@@ -68,6 +68,18 @@
 //     completion's message ID is the run's). Outside durable mode the
 //     dead worker's Registry stops its jobs (its guard process), so no
 //     job runs on unobserved.
+//   - A worker cut off from JetStream (a partition, a slow election)
+//     for longer than HeartbeatTTL is taken for dead as above, though
+//     its jobs run on. When its heartbeat is stored again, it sees the
+//     gap (the answer came HeartbeatTTL or more after the last stored
+//     heartbeat was sent) and, for a while after, checks its runs'
+//     records at every beat: it stops (Registry.Cancel) the job of each
+//     run the fleet settled without it — ended "worker lost", replaced
+//     by a new run, or given to another worker — so that nothing runs
+//     that the fleet reports ended. Such a job's end is not recorded
+//     again and yields no second completion. A worker that never gets
+//     back to JetStream cannot learn it: outside durable mode, its
+//     jobs then run until they end or its host stops them.
 //   - A worker that dies after it claimed a launch and before it
 //     recorded the job running: at most once, by default, the launch ends
 //     Failed, "worker lost" (it may or may not have started). With
@@ -174,5 +186,6 @@
 //   - A queued launch is State Queued without a QueuePosition.
 //   - A worker restarted after its heartbeat expired finds its jobs
 //     recorded lost; a durable Registry's job still running then is
-//     cancelled there, since the fleet told everyone it ended.
+//     cancelled there, since the fleet told everyone it ended (as a
+//     live worker's jobs are, after a partition: see Failures).
 package fleet

@@ -42,8 +42,10 @@ type WorkerConfig struct {
 	// more than twice Heartbeat, and should be well above the time the
 	// cluster takes to elect new leaders when it loses a server (a few
 	// seconds): a worker that cannot write its heartbeat for longer is
-	// taken for dead, and its running jobs are reported lost though they
-	// go on (their ends are then not recorded). A test with three servers
+	// taken for dead, and its running jobs are reported lost. When its
+	// heartbeats come back it stops those jobs (fencing: nothing runs
+	// that the fleet reports ended), so a partition longer than
+	// HeartbeatTTL costs the jobs it caught. A test with three servers
 	// on two busy cores lost two live workers' jobs with 3s.
 	Heartbeat    time.Duration
 	HeartbeatTTL time.Duration
