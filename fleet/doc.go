@@ -71,8 +71,9 @@
 //   - A worker cut off from JetStream (a partition, a slow election)
 //     for longer than HeartbeatTTL is taken for dead as above, though
 //     its jobs run on. When its heartbeat is stored again, it sees the
-//     gap (the answer came HeartbeatTTL or more after the last stored
-//     heartbeat was sent) and, for a while after, checks its runs'
+//     gap (the answer came half of HeartbeatTTL or more after the last
+//     stored heartbeat was sent: the server keeps a heartbeat for the
+//     TTL cut to whole seconds) and, for a while after, checks its runs'
 //     records at every beat: it stops (Registry.Cancel) the job of each
 //     run the fleet settled without it — ended "worker lost", replaced
 //     by a new run, or given to another worker — so that nothing runs

@@ -316,12 +316,16 @@ func (w *Worker) heartbeats() {
 			continue
 		}
 		now := time.Now()
-		// The last stored heartbeat expired before this one was stored
-		// only if this one's answer came HeartbeatTTL or more after
-		// that one was sent: then the reapers may have settled this
-		// worker's runs "worker lost", and for a while (a reaper's
-		// sweep may record the loss a little later) every beat checks.
-		if now.Sub(last) >= w.cfg.HeartbeatTTL {
+		// The last stored heartbeat may have expired before this one
+		// was stored if this one's answer came long after that one was
+		// sent: then the reapers may have settled this worker's runs
+		// "worker lost", and for a while (a reaper's sweep may record
+		// the loss a little later) every beat checks. "Long" is half of
+		// HeartbeatTTL, not all of it: the server keeps a heartbeat for
+		// HeartbeatTTL cut to whole seconds (1.5s lasts 1s), and its
+		// expiry timers are not exact. Beats come every Heartbeat, less
+		// than half the TTL, so a healthy worker never checks.
+		if now.Sub(last) >= w.cfg.HeartbeatTTL/2 {
 			w.log.Warn("bgjob/fleet: heartbeat gap: checking for runs settled without this worker", "worker", w.cfg.Name, "gap", now.Sub(last))
 			fenceUntil = now.Add(fenceWindow(w.cfg.Layout, w.cfg.HeartbeatTTL))
 		}
