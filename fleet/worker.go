@@ -39,7 +39,8 @@ type WorkerConfig struct {
 	// is how long a heartbeat lasts, so how soon after the worker dies
 	// its jobs are reported lost. If Heartbeat is 0 it is 1s; if
 	// HeartbeatTTL is 0 it is 10s. HeartbeatTTL must be at least 1s and
-	// more than twice Heartbeat, and should be well above the time the
+	// more than twice Heartbeat; NATS keeps a heartbeat for HeartbeatTTL
+	// cut to whole seconds (1.5s lasts 1s). It should be well above the time the
 	// cluster takes to elect new leaders when it loses a server (a few
 	// seconds): a worker that cannot write its heartbeat for longer is
 	// taken for dead, and its running jobs are reported lost. When its
