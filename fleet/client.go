@@ -123,7 +123,7 @@ type Client struct {
 	// mu guards the fields below.
 	mu      sync.Mutex
 	waiting map[string]chan reply         // start replies by token
-	done    map[string]jetstream.Consumer // completion consumers by session token
+	done    map[string]jetstream.Consumer // completion and match consumers by name
 	closed  bool
 	quit    chan struct{} // closed by Close
 }
@@ -897,21 +897,37 @@ func (c *Client) List(session string) []bgjob.Snapshot {
 	return out
 }
 
-// consumer returns the completion consumer of a session: a durable pull
-// consumer of the completions work queue, shared by every client, so
-// each completion goes to one of them.
-func (c *Client) consumer(ctx context.Context, token string) (jetstream.Consumer, error) {
+// queue is one of the fleet's per-session work queues that a client
+// takes from: completions or matches.
+type queue struct {
+	name    string // "completions" or "matches", for errors
+	next    string // "next completion" or "next match", for errors
+	durable string // the consumer's name before the session token
+	stream  func(Layout) string
+	subject func(Layout, string) string
+}
+
+var (
+	doneQueue  = queue{"completions", "next completion", "done-", Layout.doneStream, Layout.doneSubject}
+	matchQueue = queue{"matches", "next match", "match-", Layout.matchStream, Layout.matchSubject}
+)
+
+// consumer returns a session's consumer of q: a durable pull consumer of
+// the work queue, shared by every client, so each message goes to one of
+// them.
+func (c *Client) consumer(ctx context.Context, q queue, token string) (jetstream.Consumer, error) {
+	name := q.durable + token
 	c.mu.Lock()
-	cons := c.done[token]
+	cons := c.done[name]
 	c.mu.Unlock()
 	if cons != nil {
 		return cons, nil
 	}
 	err := retry(ctx, c.cfg.Layout, func(ctx context.Context) error {
 		var err error
-		cons, err = c.js.CreateOrUpdateConsumer(ctx, c.cfg.doneStream(), jetstream.ConsumerConfig{
-			Durable:           "done-" + token,
-			FilterSubject:     c.cfg.doneSubject(token),
+		cons, err = c.js.CreateOrUpdateConsumer(ctx, q.stream(c.cfg.Layout), jetstream.ConsumerConfig{
+			Durable:           name,
+			FilterSubject:     q.subject(c.cfg.Layout, token),
 			AckPolicy:         jetstream.AckExplicitPolicy,
 			AckWait:           30 * time.Second,
 			MaxDeliver:        -1,
@@ -924,7 +940,7 @@ func (c *Client) consumer(ctx context.Context, token string) (jetstream.Consumer
 		return nil, err
 	}
 	c.mu.Lock()
-	c.done[token] = cons
+	c.done[name] = cons
 	c.mu.Unlock()
 	return cons, nil
 }
@@ -934,13 +950,18 @@ func (c *Client) consumer(ctx context.Context, token string) (jetstream.Consumer
 // caller in the whole fleet. On transport trouble it returns what it
 // took, and Err says why.
 func (c *Client) Completions(session string) []bgjob.Completion {
+	return drain[bgjob.Completion](c, doneQueue, session)
+}
+
+// drain takes every message of the session's queue q that is there now.
+func drain[T any](c *Client, q queue, session string) []T {
 	if c.cfg.Scoped && session != c.cfg.Session {
 		return nil
 	}
 	ctx, cancel := c.opCtx()
 	defer cancel()
-	var out []bgjob.Completion
-	cons, err := c.consumer(ctx, SessionToken(session))
+	var out []T
+	cons, err := c.consumer(ctx, q, SessionToken(session))
 	for err == nil {
 		var batch jetstream.MessageBatch
 		batch, err = cons.FetchNoWait(256)
@@ -950,8 +971,8 @@ func (c *Client) Completions(session string) []bgjob.Completion {
 		n := 0
 		for m := range batch.Messages() {
 			n++
-			if comp, ok := c.take(ctx, m); ok {
-				out = append(out, comp)
+			if v, ok := take[T](c, ctx, m); ok {
+				out = append(out, v)
 			}
 		}
 		err = batch.Error()
@@ -960,23 +981,24 @@ func (c *Client) Completions(session string) []bgjob.Completion {
 		}
 	}
 	if err != nil {
-		c.lastErr.Store(&errBox{fmt.Errorf("%w: completions: %w", ErrUnavailable, err)})
+		c.lastErr.Store(&errBox{fmt.Errorf("%w: %s: %w", ErrUnavailable, q.name, err)})
 	} else {
 		c.lastErr.Store(nil)
 	}
 	return out
 }
 
-// take acknowledges a completion message and waits for the server to
-// confirm it, so the completion is this caller's alone.
-func (c *Client) take(ctx context.Context, m jetstream.Msg) (bgjob.Completion, bool) {
-	var comp bgjob.Completion
-	if err := json.Unmarshal(m.Data(), &comp); err != nil {
+// take acknowledges a message of a queue (a completion, a match) and
+// waits for the server to confirm it, so the message is this caller's
+// alone.
+func take[T any](c *Client, ctx context.Context, m jetstream.Msg) (T, bool) {
+	var v T
+	if err := json.Unmarshal(m.Data(), &v); err != nil {
 		m.Term()
-		return comp, false
+		return v, false
 	}
 	// An acknowledgement whose answer did not come may have been
-	// applied: dropping the completion then would lose it. It is sent
+	// applied: dropping the message then would lose it. It is sent
 	// again (the same delivery's ack is idempotent) while the message's
 	// AckWait (30s) is far from over.
 	for attempt := 1; ; attempt++ {
@@ -984,11 +1006,11 @@ func (c *Client) take(ctx context.Context, m jetstream.Msg) (bgjob.Completion, b
 		err := m.DoubleAck(actx)
 		cancel()
 		if err == nil {
-			return comp, true
+			return v, true
 		}
 		timedOut := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
 		if !timedOut || attempt == 3 || ctx.Err() != nil {
-			return comp, false // not ours after all: it comes again, to someone
+			return v, false // not ours after all: it comes again, to someone
 		}
 	}
 }
@@ -998,35 +1020,42 @@ func (c *Client) take(ctx context.Context, m jetstream.Msg) (bgjob.Completion, b
 // of Completions or NextCompletion in the whole fleet. ctx bounds the
 // wait. After Close it returns ErrClosed.
 func (c *Client) NextCompletion(ctx context.Context, session string) (bgjob.Completion, error) {
+	return next[bgjob.Completion](c, ctx, doneQueue, session)
+}
+
+// next blocks until a message of the session's queue q comes, and takes it.
+func next[T any](c *Client, ctx context.Context, q queue, session string) (T, error) {
+	var zero T
+	op := q.next
 	if c.cfg.Scoped && session != c.cfg.Session {
 		<-ctx.Done()
-		return bgjob.Completion{}, fmt.Errorf("bgjob/fleet: next completion: %w", ctx.Err())
+		return zero, fmt.Errorf("bgjob/fleet: %s: %w", op, ctx.Err())
 	}
 	for {
 		if c.isClosed() {
-			return bgjob.Completion{}, fmt.Errorf("bgjob/fleet: next completion: %w", bgjob.ErrClosed)
+			return zero, fmt.Errorf("bgjob/fleet: %s: %w", op, bgjob.ErrClosed)
 		}
 		if ctx.Err() != nil {
-			return bgjob.Completion{}, fmt.Errorf("bgjob/fleet: next completion: %w", ctx.Err())
+			return zero, fmt.Errorf("bgjob/fleet: %s: %w", op, ctx.Err())
 		}
-		cons, err := c.consumer(ctx, SessionToken(session))
+		cons, err := c.consumer(ctx, q, SessionToken(session))
 		if err != nil {
 			if ctx.Err() != nil {
 				continue
 			}
-			return bgjob.Completion{}, fmt.Errorf("bgjob/fleet: next completion: %w: %w", ErrUnavailable, err)
+			return zero, fmt.Errorf("bgjob/fleet: %s: %w: %w", op, ErrUnavailable, err)
 		}
-		// One pull request at a time, so a completion is never held by
+		// One pull request at a time, so a message is never held by
 		// a request this caller has given up; Close ends it.
 		fctx, cancel := context.WithTimeout(ctx, maxWait)
 		stop := context.AfterFunc(fctxQuit(c.quit), cancel)
 		batch, err := cons.Fetch(1, jetstream.FetchContext(fctx))
 		if err == nil {
 			for m := range batch.Messages() {
-				if comp, ok := c.take(ctx, m); ok {
+				if v, ok := take[T](c, ctx, m); ok {
 					stop()
 					cancel()
-					return comp, nil
+					return v, nil
 				}
 			}
 		}

@@ -7,9 +7,10 @@
 //
 //	nc, _ := nats.Connect("nats://a:4222,nats://b:4222,nats://c:4222")
 //
-//	// On each worker machine:
-//	reg, _ := bgjob.New(bgjob.Config{})
-//	w, _ := fleet.NewWorker(nc, reg, fleet.WorkerConfig{Layout: fleet.Layout{Replicas: 3}})
+//	// On each worker machine (the feed carries watches' matches):
+//	feed := new(fleet.MatchFeed)
+//	reg, _ := bgjob.New(bgjob.Config{OnMatch: feed.OnMatch})
+//	w, _ := fleet.NewWorker(nc, reg, fleet.WorkerConfig{Layout: fleet.Layout{Replicas: 3}, Matches: feed})
 //	defer reg.Close(ctx)
 //	defer w.Close(ctx)
 //
@@ -29,7 +30,11 @@
 // starts the job in its Registry, records it running, acknowledges the
 // launch and answers the client. It then publishes the job's admitted
 // output by offset to the output stream as it comes and, at the end,
-// records the final snapshot and queues the completion. Every record
+// records the final snapshot and queues the completion. The matches of
+// the job's watches, found by the worker's Registry and admitted there,
+// reach the worker through its [MatchFeed] (the Registry's OnMatch) and
+// are queued for the session, each taken once by [Client.Matches] or
+// [Client.NextMatch]. Every record
 // write is a compare-and-set on the key's last revision, so each change
 // has one writer: the end of a run is written once, by its worker or by
 // a reaper.
@@ -42,6 +47,7 @@
 //	                                config.idkey             the fleet's shared ID key
 //	P_out      stream               P.out.SESSION.ID.RUN     admitted output chunks, by offset
 //	P_done     stream, work queue   P.done.SESSION           completions, each taken once
+//	P_match    stream, work queue   P.match.SESSION          matches of watches, each taken once
 //	(core)     request-reply        P.rpc.WORKER.SESSION     Status, Read, ReadWait, Cancel, Write,
 //	                                                         CloseInput, Resize, Screen, Watch, WaitFor
 //	                                                         at the job's worker
@@ -62,6 +68,19 @@
 //     completion's message ID is the run's). Outside durable mode the
 //     dead worker's Registry stops its jobs (its guard process), so no
 //     job runs on unobserved.
+//   - A worker cut off from JetStream (a partition, a slow election)
+//     for longer than HeartbeatTTL is taken for dead as above, though
+//     its jobs run on. When its heartbeat is stored again, it sees the
+//     gap (the answer came half of HeartbeatTTL or more after the last
+//     stored heartbeat was sent: the server keeps a heartbeat for the
+//     TTL cut to whole seconds) and, for a while after, checks its runs'
+//     records at every beat: it stops (Registry.Cancel) the job of each
+//     run the fleet settled without it — ended "worker lost", replaced
+//     by a new run, or given to another worker — so that nothing runs
+//     that the fleet reports ended. Such a job's end is not recorded
+//     again and yields no second completion. A worker that never gets
+//     back to JetStream cannot learn it: outside durable mode, its
+//     jobs then run until they end or its host stops them.
 //   - A worker that dies after it claimed a launch and before it
 //     recorded the job running: at most once, by default, the launch ends
 //     Failed, "worker lost" (it may or may not have started). With
@@ -112,6 +131,8 @@
 //	                    "$JS.API.STREAM.INFO.*", "$JS.API.CONSUMER.CREATE.*.*.bgjob.done.alice",
 //	                    "$JS.API.CONSUMER.CREATE.KV_bgjob_jobs.*.$KV.bgjob_jobs.alice.>",
 //	                    "$JS.API.CONSUMER.MSG.NEXT.bgjob_done.done-alice", "$JS.ACK.bgjob_done.done-alice.>",
+//	                    "$JS.API.CONSUMER.CREATE.*.*.bgjob.match.alice",
+//	                    "$JS.API.CONSUMER.MSG.NEXT.bgjob_match.match-alice", "$JS.ACK.bgjob_match.match-alice.>",
 //	                    "$JS.API.CONSUMER.DELETE.KV_bgjob_jobs.>", "$JS.API.INFO"],
 //	          subscribe: ["_INBOX.>"] } }
 //	    ]
@@ -151,13 +172,21 @@
 //     lives on the worker, which lets the job go at its end.
 //   - Readmit fails with ErrUnsupported: the Admitter runs on the
 //     workers. Detach is Close: a client holds no job.
-//   - Matches are not carried: the matches of watches (Spec.Watches,
-//     Watch) reach the worker Registry's OnMatch and Matches queue, and
-//     the client's Matches returns nil with Err wrapping ErrUnsupported.
+//   - Matches of watches (Spec.Watches, Watch) are carried only from
+//     workers given a MatchFeed; a worker without one leaves them to its
+//     Registry. The fleet keeps at most 16,384 undelivered matches per
+//     session (the oldest go); a worker that cannot publish them as fast
+//     as they come (NATS slow or away) drops those past 1,024 waiting,
+//     and the session's next match counts them in Dropped, so that the
+//     jobs' output is never held up by the fleet. Matches found after
+//     the worker's Close or Detach are not carried; a worker that adopts
+//     runs publishes the matches its Registry queued for them (with a
+//     durable Registry, those of lines printed while no worker ran).
 //     WaitFor works through the fleet: at the worker while the job runs,
 //     over the published (admitted) output once it has ended.
 //   - A queued launch is State Queued without a QueuePosition.
 //   - A worker restarted after its heartbeat expired finds its jobs
 //     recorded lost; a durable Registry's job still running then is
-//     cancelled there, since the fleet told everyone it ended.
+//     cancelled there, since the fleet told everyone it ended (as a
+//     live worker's jobs are, after a partition: see Failures).
 package fleet

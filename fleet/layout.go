@@ -92,12 +92,14 @@ var errInvalidConfig = errors.New("invalid config")
 //	P_workers  bucket                hb.WORKER, config.idkey     heartbeats (per-message TTL), the shared ID key
 //	P_out      stream                P.out.SESSION.ID.RUN        admitted output chunks by offset
 //	P_done     stream, work queue    P.done.SESSION              completions, each taken once
+//	P_match    stream, work queue    P.match.SESSION             matches of watches, each taken once
 //	           core request-reply    P.rpc.WORKER.SESSION        Status, Read, ReadWait, Cancel at the job's worker
 func (l Layout) launchStream() string  { return l.Prefix + "_launch" }
 func (l Layout) jobsBucket() string    { return l.Prefix + "_jobs" }
 func (l Layout) workersBucket() string { return l.Prefix + "_workers" }
 func (l Layout) outStream() string     { return l.Prefix + "_out" }
 func (l Layout) doneStream() string    { return l.Prefix + "_done" }
+func (l Layout) matchStream() string   { return l.Prefix + "_match" }
 
 func (l Layout) launchSubject(token string) string {
 	return l.Prefix + ".launch." + l.Pool + "." + token
@@ -105,7 +107,8 @@ func (l Layout) launchSubject(token string) string {
 func (l Layout) outSubject(token string, id string, run string) string {
 	return l.Prefix + ".out." + token + "." + id + "." + run
 }
-func (l Layout) doneSubject(token string) string { return l.Prefix + ".done." + token }
+func (l Layout) doneSubject(token string) string  { return l.Prefix + ".done." + token }
+func (l Layout) matchSubject(token string) string { return l.Prefix + ".match." + token }
 func (l Layout) rpcSubject(worker, token string) string {
 	return l.Prefix + ".rpc." + worker + "." + token
 }
@@ -161,6 +164,19 @@ func provision(ctx context.Context, js jetstream.JetStream, l Layout) error {
 			Retention: jetstream.WorkQueuePolicy,
 			Replicas:  l.Replicas,
 			MaxAge:    24 * time.Hour,
+		},
+		{
+			// Made by a fleet of an older version too: provision
+			// adds a missing stream to an existing fleet.
+			Name:      l.matchStream(),
+			Subjects:  []string{l.Prefix + ".match.>"},
+			Retention: jetstream.WorkQueuePolicy,
+			Replicas:  l.Replicas,
+			MaxAge:    24 * time.Hour,
+			// A watch with Every on a chatty job: a session's
+			// undelivered matches are bounded, the oldest go.
+			MaxMsgsPerSubject: maxQueuedMatches,
+			Discard:           jetstream.DiscardOld,
 		},
 	}
 	for _, cfg := range streams {

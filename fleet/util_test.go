@@ -33,12 +33,19 @@ func testLayout(t testing.TB, pool string) Layout {
 // url; both are closed when the test ends.
 func newWorker(t testing.TB, url string, l Layout, slots int, cfg bgjob.Config) (*Worker, *bgjob.Registry) {
 	t.Helper()
+	// Every test worker carries its matches to the fleet, unless the
+	// test hooks OnMatch itself.
+	var feed *MatchFeed
+	if cfg.OnMatch == nil {
+		feed = new(MatchFeed)
+		cfg.OnMatch = feed.OnMatch
+	}
 	reg, err := bgjob.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	nc := connect(t, url)
-	w, err := NewWorker(nc, reg, WorkerConfig{Layout: l, Slots: slots, Heartbeat: 250 * time.Millisecond, HeartbeatTTL: 5 * time.Second, AckWait: 2 * time.Second, Logger: testLogger()})
+	w, err := NewWorker(nc, reg, WorkerConfig{Layout: l, Slots: slots, Heartbeat: 250 * time.Millisecond, HeartbeatTTL: 5 * time.Second, AckWait: 2 * time.Second, Logger: testLogger(), Matches: feed})
 	if err != nil {
 		reg.Close(context.Background())
 		t.Fatal(err)

@@ -15,9 +15,9 @@ import (
 // WaitFor are requests to the job's worker.
 
 // Watch adds a watch to the running job id at its worker, as
-// [bgjob.Registry.Watch]. Its matches are the worker Registry's: they
-// reach that Registry's Config.OnMatch and its Matches queue, not this
-// client (see Matches); WaitFor is the fleet's way to wait for a line.
+// [bgjob.Registry.Watch]. Its matches, like those of Spec.Watches, are
+// found by the worker's Registry and carried to the fleet by the
+// worker's MatchFeed (see [MatchFeed]): Matches and NextMatch take them.
 // It fails with ErrInvalidArgument for a nil Pattern (before anything is
 // sent), ErrNotFound for an unknown ID, and an error wrapping
 // ErrJobEnded for a job that has ended.
@@ -111,15 +111,4 @@ func (c *Client) searchStored(ctx context.Context, rec record, re *regexp.Regexp
 		}
 		next = ch.Next
 	}
-}
-
-// Matches cannot be served by a client: the matches of watches (a
-// Spec's Watches, or Watch) are queued in the Registry of the worker
-// that ran the job, and reach that Registry's Config.OnMatch; the fleet
-// does not carry them. Matches returns nil, and Err reports an error
-// wrapping ErrUnsupported. Use WaitFor to wait for a line through the
-// fleet.
-func (c *Client) Matches(session string) []bgjob.Match {
-	c.lastErr.Store(&errBox{fmt.Errorf("bgjob/fleet: matches: the matches stay with each worker's Registry (its OnMatch and Matches): %w", bgjob.ErrUnsupported)})
-	return nil
 }

@@ -39,11 +39,14 @@ type WorkerConfig struct {
 	// is how long a heartbeat lasts, so how soon after the worker dies
 	// its jobs are reported lost. If Heartbeat is 0 it is 1s; if
 	// HeartbeatTTL is 0 it is 10s. HeartbeatTTL must be at least 1s and
-	// more than twice Heartbeat, and should be well above the time the
+	// more than twice Heartbeat; NATS keeps a heartbeat for HeartbeatTTL
+	// cut to whole seconds (1.5s lasts 1s). It should be well above the time the
 	// cluster takes to elect new leaders when it loses a server (a few
 	// seconds): a worker that cannot write its heartbeat for longer is
-	// taken for dead, and its running jobs are reported lost though they
-	// go on (their ends are then not recorded). A test with three servers
+	// taken for dead, and its running jobs are reported lost. When its
+	// heartbeats come back it stops those jobs (fencing: nothing runs
+	// that the fleet reports ended), so a partition longer than
+	// HeartbeatTTL costs the jobs it caught. A test with three servers
 	// on two busy cores lost two live workers' jobs with 3s.
 	Heartbeat    time.Duration
 	HeartbeatTTL time.Duration
@@ -56,6 +59,14 @@ type WorkerConfig struct {
 	// made or updated.
 	AckWait time.Duration
 
+	// Matches, if not nil, is the feed that the Registry's
+	// Config.OnMatch calls (see [MatchFeed]): the worker publishes the
+	// matches of the jobs it runs to the fleet, where Client.Matches and
+	// Client.NextMatch take them. If Matches is nil, the matches stay
+	// with the Registry (its OnMatch and Matches queue), and no client
+	// gets them.
+	Matches *MatchFeed
+
 	// Logger, if not nil, receives the worker's warnings. If Logger is
 	// nil, they are discarded.
 	Logger *slog.Logger
@@ -63,6 +74,9 @@ type WorkerConfig struct {
 	// afterClaim, for tests, is called after the worker claimed a launch
 	// and before it starts the job.
 	afterClaim func()
+	// muteBeats, for tests, while it holds true, makes the worker skip
+	// its heartbeats as if cut off from JetStream (a partition).
+	muteBeats *atomic.Bool
 }
 
 // Worker serves a local [bgjob.Registry] to a fleet: it takes launches
@@ -76,8 +90,10 @@ type WorkerConfig struct {
 // is read through Registry.ReadWait, snapshots through Status and Wait.
 //
 // The worker takes over the Registry's completion queues (it drains the
-// queue of each session whose job ends), so a host should not read
-// completions from a Registry it serves. Its other methods stay the
+// queue of each session whose job ends) and, with a MatchFeed, its match
+// queues (it drains the queue of each session whose match it published),
+// so a host should not read completions or matches from a Registry it
+// serves. Its other methods stay the
 // host's. Close the Worker before the Registry.
 //
 // A Worker is safe for concurrent use.
@@ -104,14 +120,29 @@ type Worker struct {
 	running atomic.Int64   // launches taken and not yet finalized
 	freed   chan struct{}  // a slot freed (capacity 1)
 	sub     *nats.Subscription
+	// matchCh holds the matches from the MatchFeed for the relay; poke
+	// wakes the relay when a run's Registry ID becomes known (both
+	// capacity-bounded, never blocking a sender).
+	matchCh   chan bgjob.Match
+	poke      chan struct{}
+	dropMu    sync.Mutex       // guards dropped
+	dropped   map[string]int64 // matches refused by a full matchCh, by session
+	firstBeat time.Time        // when NewWorker sent its heartbeat
 	// detached is set by Detach: the runs are left to the next worker
 	// of this name, unrecorded.
 	detached atomic.Bool
 
 	// mu guards the fields below.
-	mu        sync.Mutex
-	jobs      map[bgjob.ID]*served // the runs this worker serves, by fleet ID
-	rpcClosed bool                 // no request is answered any more
+	mu   sync.Mutex
+	jobs map[bgjob.ID]*served // the runs this worker serves, by fleet ID
+	// byLocal holds the same runs by their Registry ID, and those that
+	// ended within matchLinger (lingering, oldest first), for the
+	// relay; starting counts launches inside Registry.Start, whose
+	// matches may come before their ID.
+	byLocal   map[bgjob.ID]*served
+	lingering []lingering
+	starting  int
+	rpcClosed bool // no request is answered any more
 	closed    bool
 }
 
@@ -124,6 +155,7 @@ type served struct {
 
 	local     atomic.Value   // bgjob.ID in the Registry, once started
 	cancelled atomic.Bool    // a Cancel came: stop it, or never start it
+	fenced    atomic.Bool    // the fleet settled the run without this worker: stopped
 	ended     chan struct{}  // closed once the end is recorded
 	final     bgjob.Snapshot // set before ended closes
 }
@@ -173,7 +205,8 @@ func NewWorker(nc *nats.Conn, reg *bgjob.Registry, cfg WorkerConfig) (*Worker, e
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{nc: nc, js: js, s: s, reg: reg, cfg: cfg, log: log, freed: make(chan struct{}, 1), jobs: map[bgjob.ID]*served{}}
+	w := &Worker{nc: nc, js: js, s: s, reg: reg, cfg: cfg, log: log, freed: make(chan struct{}, 1), jobs: map[bgjob.ID]*served{},
+		byLocal: map[bgjob.ID]*served{}, matchCh: make(chan bgjob.Match, relayBacklog), poke: make(chan struct{}, 1), dropped: map[string]int64{}}
 	err = retry(setup, l, func(ctx context.Context) error {
 		var err error
 		w.cons, err = js.CreateOrUpdateConsumer(ctx, l.launchStream(), jetstream.ConsumerConfig{
@@ -190,19 +223,27 @@ func NewWorker(nc *nats.Conn, reg *bgjob.Registry, cfg WorkerConfig) (*Worker, e
 	if err != nil {
 		return nil, fmt.Errorf("bgjob/fleet: pool consumer: %w", err)
 	}
+	w.firstBeat = time.Now()
 	if err := w.beat(setup); err != nil {
 		return nil, fmt.Errorf("bgjob/fleet: heartbeat: %w", err)
+	}
+	// The feed first: a match found from here on reaches the relay
+	// (adopt drains what the Registry queued before).
+	if cfg.Matches != nil && !cfg.Matches.w.CompareAndSwap(nil, w) {
+		return nil, fmt.Errorf("bgjob/fleet: WorkerConfig.Matches: the feed serves another worker: %w", errInvalidConfig)
 	}
 	// The worker's life starts before its first request can come.
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	w.takeCtx, w.stopTaking = context.WithCancel(w.ctx)
 	w.sub, err = nc.Subscribe(l.rpcSubject(cfg.Name, "*"), w.request)
 	if err != nil {
+		w.letFeedGo()
 		w.cancel()
 		return nil, fmt.Errorf("bgjob/fleet: subscribe: %w", err)
 	}
 	if err := w.adopt(setup); err != nil {
 		w.detached.Store(true) // leave what was adopted unrecorded
+		w.letFeedGo()
 		w.sub.Unsubscribe()
 		w.cancel()
 		w.wg.Wait()
@@ -212,7 +253,19 @@ func NewWorker(nc *nats.Conn, reg *bgjob.Registry, cfg WorkerConfig) (*Worker, e
 	w.wg.Add(2)
 	go w.heartbeats() // ends when Close cancels ctx
 	go w.take()       // ends when Close cancels takeCtx
+	if cfg.Matches != nil {
+		w.wg.Add(1)
+		go w.relay() // ends when Close or Detach cancels ctx
+	}
 	return w, nil
+}
+
+// letFeedGo detaches the MatchFeed from the worker; the relay then
+// publishes what it holds and ends with ctx.
+func (w *Worker) letFeedGo() {
+	if w.cfg.Matches != nil {
+		w.cfg.Matches.w.CompareAndSwap(w, nil)
+	}
 }
 
 // Name returns the worker's name in the fleet.
@@ -236,19 +289,99 @@ func (w *Worker) beat(ctx context.Context) error {
 	return err
 }
 
+// heartbeats writes the heartbeat every Heartbeat, and fences the
+// worker after a gap (see fence).
 func (w *Worker) heartbeats() {
 	defer w.wg.Done()
 	t := time.NewTicker(w.cfg.Heartbeat)
 	defer t.Stop()
+	last := w.firstBeat // when the last heartbeat that was stored was sent
+	var fenceUntil time.Time
 	for {
 		select {
 		case <-w.ctx.Done():
 			return
 		case <-t.C:
-			if err := w.beat(w.ctx); err != nil && w.ctx.Err() == nil {
+		}
+		sent := time.Now()
+		var err error
+		if w.cfg.muteBeats != nil && w.cfg.muteBeats.Load() {
+			err = errors.New("muted (test)")
+		} else {
+			err = w.beat(w.ctx)
+		}
+		if err != nil {
+			if w.ctx.Err() == nil {
 				w.log.Warn("bgjob/fleet: heartbeat", "worker", w.cfg.Name, "err", err)
 			}
+			continue
 		}
+		now := time.Now()
+		// The last stored heartbeat may have expired before this one
+		// was stored if this one's answer came long after that one was
+		// sent: then the reapers may have settled this worker's runs
+		// "worker lost", and for a while (a reaper's sweep may record
+		// the loss a little later) every beat checks. "Long" is half of
+		// HeartbeatTTL, not all of it: the server keeps a heartbeat for
+		// HeartbeatTTL cut to whole seconds (1.5s lasts 1s), and its
+		// expiry timers are not exact. Beats come every Heartbeat, less
+		// than half the TTL, so a healthy worker never checks.
+		if now.Sub(last) >= w.cfg.HeartbeatTTL/2 {
+			w.log.Warn("bgjob/fleet: heartbeat gap: checking for runs settled without this worker", "worker", w.cfg.Name, "gap", now.Sub(last))
+			fenceUntil = now.Add(fenceWindow(w.cfg.Layout, w.cfg.HeartbeatTTL))
+		}
+		last = sent
+		if now.Before(fenceUntil) {
+			w.fence()
+		}
+	}
+}
+
+// fenceWindow is how long after a heartbeat gap a worker keeps checking
+// its runs: a reaper that saw the heartbeat gone records the loss
+// within its sweep's bound (10 RequestTimeouts).
+func fenceWindow(l Layout, ttl time.Duration) time.Duration {
+	return ttl + 10*l.RequestTimeout
+}
+
+// fence stops the jobs of the runs the fleet settled without this
+// worker: a run whose record ended (a reaper recorded it "worker lost"
+// while the worker's heartbeat was gone), was given to another worker,
+// or was replaced by a new run of its ID. The fleet has told everyone
+// such a job ended, so it must not run on. Its end is not recorded
+// again (finish finds the record ended), and no second completion is
+// queued.
+func (w *Worker) fence() {
+	w.mu.Lock()
+	svs := make([]*served, 0, len(w.jobs))
+	for _, sv := range w.jobs {
+		svs = append(svs, sv)
+	}
+	w.mu.Unlock()
+	for _, sv := range svs {
+		local, _ := sv.local.Load().(bgjob.ID)
+		if local == "" || sv.fenced.Load() {
+			continue // not started: its start finds the record taken (serve)
+		}
+		ctx, cancel := context.WithTimeout(w.ctx, w.cfg.RequestTimeout)
+		rec, _, found, err := w.s.get(ctx, sv.key)
+		cancel()
+		if err != nil || !found {
+			continue
+		}
+		if rec.Run == sv.run && rec.Worker == w.cfg.Name && rec.Phase != phaseEnded {
+			continue
+		}
+		if sv.fenced.Swap(true) {
+			continue
+		}
+		w.log.Warn("bgjob/fleet: fenced: the fleet settled this run without the worker; stopping its job",
+			"id", sv.id, "local", local, "phase", rec.Phase, "reason", rec.Snap.Reason)
+		w.wg.Add(1)
+		go func() { // ends with the job, KillGrace at most
+			defer w.wg.Done()
+			w.reg.Cancel(local)
+		}()
 	}
 }
 
@@ -361,7 +494,14 @@ func (w *Worker) serve(m jetstream.Msg) {
 	}
 	spec := l.Spec
 	spec.Unique = true // the fleet coalesced already; the worker never joins
+	w.startingRun()
 	snap, err = w.reg.Start(ctx, spec)
+	if err != nil {
+		w.startedRun(sv, "")
+	} else {
+		sv.local.Store(snap.ID)
+		w.startedRun(sv, snap.ID)
+	}
 	if errors.Is(err, bgjob.ErrTooManyRunning) {
 		// The Registry is busier than the worker's slots say (the host
 		// runs jobs of its own): give the launch back for a while.
@@ -378,7 +518,6 @@ func (w *Worker) serve(m jetstream.Msg) {
 		w.answer(l.Reply, errorReply(err))
 		return
 	}
-	sv.local.Store(snap.ID)
 	local := snap.ID
 	snap = w.fleetSnap(sv, snap)
 	for {
@@ -459,6 +598,7 @@ func (w *Worker) forget(sv *served) {
 	if w.jobs[sv.id] == sv {
 		delete(w.jobs, sv.id)
 	}
+	w.endedLocked(sv)
 	w.mu.Unlock()
 }
 
@@ -730,6 +870,21 @@ func (w *Worker) adopt(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	sessions := map[string]bool{} // of the runs adopted
+	defer func() {
+		if w.cfg.Matches == nil {
+			return
+		}
+		// Matches the Registry queued before the feed reached this
+		// worker (a durable Registry's replay, a job's lines while
+		// no worker served it): the relay publishes those of the
+		// adopted runs, once (the publication's message ID).
+		for session := range sessions {
+			for _, m := range w.reg.Matches(session) {
+				w.matched(m)
+			}
+		}
+	}()
 	for key, rec := range recs {
 		if rec.Worker != w.cfg.Name {
 			continue
@@ -754,7 +909,9 @@ func (w *Worker) adopt(ctx context.Context) error {
 			from := w.published(ctx, sv)
 			w.mu.Lock()
 			w.jobs[sv.id] = sv
+			w.byLocal[rec.Local] = sv
 			w.mu.Unlock()
+			sessions[rec.Snap.Session] = true
 			w.running.Add(1)
 			w.wg.Add(1)
 			go func() { // ends when the run's end is recorded
@@ -815,6 +972,7 @@ func (w *Worker) Detach() error {
 	w.detached.Store(true)
 	w.stopTaking()
 	w.sub.Unsubscribe()
+	w.letFeedGo()
 	w.cancel()
 	w.rpcWG.Wait()
 	w.wg.Wait()
@@ -863,6 +1021,7 @@ func (w *Worker) Close(ctx context.Context) error {
 	w.rpcClosed = true
 	w.mu.Unlock()
 	w.sub.Unsubscribe()
+	w.letFeedGo()
 	w.cancel()
 	w.rpcWG.Wait()
 	w.wg.Wait()

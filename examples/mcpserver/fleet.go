@@ -73,6 +73,10 @@ func runWorker(opts Options, f fleetFlags) int {
 		return 2
 	}
 	cfg.Logger = opts.Logger
+	// The matches of the jobs' watches (shell's until, shell_watch) go
+	// to the fleet, for the server whose connection set them.
+	feed := new(fleet.MatchFeed)
+	cfg.OnMatch = feed.OnMatch
 	reg, err := bgjob.New(cfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "mcpserver: %v\n", err)
@@ -85,7 +89,7 @@ func runWorker(opts Options, f fleetFlags) int {
 		return 1
 	}
 	defer nc.Close()
-	w, err := fleet.NewWorker(nc, reg, fleet.WorkerConfig{Layout: f.layout(), Name: f.name, Slots: f.slots, Logger: opts.Logger})
+	w, err := fleet.NewWorker(nc, reg, fleet.WorkerConfig{Layout: f.layout(), Name: f.name, Slots: f.slots, Logger: opts.Logger, Matches: feed})
 	if err != nil {
 		reg.Close(context.Background())
 		fmt.Fprintf(os.Stderr, "mcpserver: worker: %v\n", err)

@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -50,11 +52,13 @@ func newFleetServer(t *testing.T) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
+	feed := new(fleet.MatchFeed) // as runWorker wires it
+	cfg.OnMatch = feed.OnMatch
 	reg, err := bgjob.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := fleet.NewWorker(conn(), reg, fleet.WorkerConfig{})
+	w, err := fleet.NewWorker(conn(), reg, fleet.WorkerConfig{Matches: feed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +91,9 @@ func newFleetServer(t *testing.T) *Server {
 
 // TestFleetShell: the shell tools over a fleet: a command inline, one
 // that detaches and is read by offset, its completion notification (the
-// fleet's, forwarded), and another connection that cannot see the job.
+// fleet's, forwarded), another connection that cannot see the job, and
+// what needs watches' matches: shell_wait's until, shell's until,
+// shell_watch.
 func TestFleetShell(t *testing.T) {
 	srv := newFleetServer(t)
 	c := connect(t, srv)
@@ -119,11 +125,33 @@ func TestFleetShell(t *testing.T) {
 	if res := c.mustCall("shell_wait", map[string]any{"job_id": bg.JobID, "until": "ready on [0-9]+"}, nil); !strings.Contains(text(res), "ready on 8080") {
 		t.Errorf("shell_wait with until: %q; want the line", text(res))
 	}
-	// What needs matches on this server says it cannot have them.
-	if msg := c.mustFail("shell", map[string]any{"command": "echo x", "until": "x"}); !strings.Contains(msg, "fleet") {
-		t.Errorf("shell with until: %q; want it refused, naming the fleet", msg)
+	// shell's until: the job's watch matches on the worker, the match
+	// comes back through the fleet (NextMatch) and the call detaches.
+	begin := time.Now()
+	var u ShellOutput
+	c.mustCall("shell", map[string]any{"command": "echo start; echo listening on :4321; sleep 30", "until": `listening on :\d+`, "wait_ms": 60000}, &u)
+	if took := time.Since(begin); took > 30*time.Second {
+		t.Errorf("shell with until took %v; want it back when the line came", took)
 	}
-	if msg := c.mustFail("shell_watch", map[string]any{"job_id": out.JobID, "pattern": "x"}); !strings.Contains(msg, "fleet") {
-		t.Errorf("shell_watch: %q; want it refused, naming the fleet", msg)
+	if !u.Detached || u.State != "running" || u.Matched == nil || u.Matched.Line != "listening on :4321" || u.Matched.Offset != 6 {
+		t.Fatalf("shell with until: %+v (matched %+v); want detached, running, the line at 6", u, u.Matched)
 	}
+	c.mustCall("shell_cancel", map[string]any{"job_id": u.JobID}, nil)
+	// shell_watch: each later matching line, as a notification.
+	gate := filepath.Join(t.TempDir(), "gate")
+	id := c.background("echo 'error 0'; while [ ! -e " + gate + " ]; do sleep 0.01; done; echo 'error 1'; echo fine; echo 'error 2'; sleep 30")
+	c.mustCall("shell_wait", map[string]any{"job_id": id, "until": `^error 0$`}, nil)
+	c.mustCall("shell_watch", map[string]any{"job_id": id, "pattern": `^error \d`, "every": true}, nil)
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []struct {
+		line string
+		off  int64
+	}{{"error 1", 8}, {"error 2", 21}} {
+		if jm := c.matchNote(id); jm.Watch != `^error \d` || jm.Line != want.line || jm.Offset != want.off || jm.ID != bgjob.ID(id) {
+			t.Errorf("shell_watch notification %+v; want %q at %d", jm, want.line, want.off)
+		}
+	}
+	c.mustCall("shell_cancel", map[string]any{"job_id": id}, nil)
 }

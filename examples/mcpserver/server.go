@@ -107,10 +107,13 @@ type Server struct {
 	// durable: Options.StateDir is set; Close detaches instead of stopping jobs.
 	durable bool
 	// remote: the jobs are Options.Jobs (a fleet), whose completions
-	// each connection takes with NextCompletion (forward).
-	remote bool
-	notify *notifier
-	once   sync.Once // closes notify
+	// each connection takes with NextCompletion (forward), and whose
+	// matches, if the Jobs has NextMatch (a fleet client does), with
+	// NextMatch.
+	remote  bool
+	matches matchSource // Options.Jobs's NextMatch, or nil
+	notify  *notifier
+	once    sync.Once // closes notify
 
 	// watchers counts the goroutines that wait for a connection to end
 	// (one per Connect); Close waits for them.
@@ -159,6 +162,7 @@ func New(opts Options) (*Server, error) {
 			return nil, fmt.Errorf("Options.%s: configures a local registry; with Options.Jobs set it on the workers", field)
 		}
 		s.reg, s.remote = opts.Jobs, true
+		s.matches, _ = opts.Jobs.(matchSource)
 	} else {
 		cfg, err := RegistryConfig(opts)
 		if err != nil {
@@ -196,8 +200,8 @@ func New(opts Options) (*Server, error) {
 
 // RegistryConfig returns the bgjob.Config of a Registry that runs jobs
 // as opts ask, here or on a fleet worker (-worker): the Jail (as Dir and
-// a Guard), limits, sandbox, queue and durable mode. Logger and
-// OnComplete are the caller's to set.
+// a Guard), limits, sandbox, queue and durable mode. Logger, OnComplete
+// and OnMatch are the caller's to set.
 func RegistryConfig(opts Options) (bgjob.Config, error) {
 	cfg := bgjob.Config{
 		MaxRunning:       opts.MaxRunning,
@@ -378,7 +382,16 @@ func (s *Server) Connect(ctx context.Context, t mcp.Transport) (*mcp.ServerSessi
 			fwd.Add(1)
 			go func() { // ends when stop is called, below
 				defer fwd.Done()
-				s.forward(fctx, id)
+				forward(s, fctx, id, "completions", s.reg.NextCompletion, func(c bgjob.Completion) {
+					s.notify.push([]note{{session: c.Session, id: c.ID, data: JobCompleted{Event: "job_completed", Completion: c}}})
+				})
+			}()
+		}
+		if s.matches != nil {
+			fwd.Add(1)
+			go func() { // ends when stop is called, below
+				defer fwd.Done()
+				forward(s, fctx, id, "matches", s.matches.NextMatch, func(m bgjob.Match) { s.route([]bgjob.Match{m}) })
 			}()
 		}
 		_ = ss.Wait()
@@ -493,20 +506,26 @@ func (s *Server) completed(c bgjob.Completion) {
 	s.notify.push(ns)
 }
 
-// forward takes the session's completions from remote jobs (a fleet
-// has no OnComplete: its completions wait in the fleet, each for one
-// taker) and hands them to the notifier, until ctx ends.
-func (s *Server) forward(ctx context.Context, session string) {
+// matchSource is what a fleet client offers beyond bgjob.Jobs for the
+// matches of watches: a Registry has Config.OnMatch instead.
+type matchSource interface {
+	NextMatch(ctx context.Context, session string) (bgjob.Match, error)
+}
+
+// forward takes the session's completions (or matches) from remote jobs
+// (a fleet has no OnComplete or OnMatch: they wait in the fleet, each
+// for one taker) with next and hands each to use, until ctx ends.
+func forward[T any](s *Server, ctx context.Context, session, what string, next func(context.Context, string) (T, error), use func(T)) {
 	for {
-		c, err := s.reg.NextCompletion(ctx, session)
+		v, err := next(ctx, session)
 		if err == nil {
-			s.notify.push([]note{{session: c.Session, id: c.ID, data: JobCompleted{Event: "job_completed", Completion: c}}})
+			use(v)
 			continue
 		}
 		if ctx.Err() != nil || errors.Is(err, bgjob.ErrClosed) {
 			return
 		}
-		s.log.Warn("mcpserver: completions", "session", session, "err", err)
+		s.log.Warn("mcpserver: "+what, "session", session, "err", err)
 		t := time.NewTimer(time.Second) // the fleet is unreachable: try again
 		select {
 		case <-t.C:
@@ -533,8 +552,14 @@ type untilWait struct {
 // one to the notifier.
 func (s *Server) matched(m bgjob.Match) {
 	<-s.ready
+	s.route(s.reg.Matches(m.Session))
+}
+
+// route hands each match of an until watch to its shell call and the
+// others to the notifier.
+func (s *Server) route(ms []bgjob.Match) {
 	var ns []note
-	for _, m := range s.reg.Matches(m.Session) {
+	for _, m := range ms {
 		if strings.HasPrefix(m.Watch, untilPrefix) {
 			s.mu.Lock()
 			u := s.untils[m.Watch]

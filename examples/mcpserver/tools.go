@@ -302,10 +302,9 @@ func (s *Server) shell(ctx context.Context, req *mcp.CallToolRequest, in ShellIn
 		if in.Background {
 			return nil, ShellOutput{}, errors.New("until waits for a line, background returns at once: set one of them")
 		}
-		if s.remote {
-			// The until watch's match would reach the worker's
-			// Registry, not this server: a fleet carries no matches.
-			return nil, ShellOutput{}, errors.New("until: not with jobs on a fleet (-nats); start the job, then use shell_wait with until, which asks the job's worker")
+		if s.remote && s.matches == nil {
+			// The until watch's match would not reach this server.
+			return nil, ShellOutput{}, errors.New("until: these remote jobs carry no matches; start the job, then use shell_wait with until")
 		}
 		re, err := regexp.Compile(in.Until)
 		if err != nil {
@@ -889,8 +888,8 @@ func (s *Server) watch(_ context.Context, req *mcp.CallToolRequest, in WatchInpu
 	if strings.HasPrefix(name, untilPrefix) {
 		return nil, WatchOutput{}, fmt.Errorf("name: %q is reserved", untilPrefix)
 	}
-	if s.remote {
-		return nil, WatchOutput{}, errors.New("shell_watch: not with jobs on a fleet (-nats), whose matches stay on the workers; use shell_wait with until")
+	if s.remote && s.matches == nil {
+		return nil, WatchOutput{}, errors.New("shell_watch: these remote jobs carry no matches; use shell_wait with until")
 	}
 	err = s.jobs(req.Session).Watch(bgjob.ID(in.JobID), bgjob.Watch{Name: name, Pattern: re, Every: in.Every})
 	switch {
