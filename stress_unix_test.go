@@ -332,8 +332,40 @@ func (st *stress) checkEscapers(cmd string) {
 	}
 	st.n.escapeChecks.Add(1)
 	if pids := marked(token); len(pids) > 0 {
-		st.fail("processes %v of the ended job %q still run", pids, cmd)
+		// What each one is doing says why (a SIGKILLed process still
+		// exiting under load, or one that the stop never reached).
+		var what []string
+		for _, pid := range pids {
+			what = append(what, procBrief(pid))
+		}
+		// And whether they die soon (a kill still under way).
+		gone, start := "not within 5s", time.Now()
+		for time.Since(start) < 5*time.Second {
+			if len(marked(token)) == 0 {
+				gone = fmt.Sprintf("gone %v later", time.Since(start).Round(time.Millisecond))
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		st.fail("processes %v of the ended job %q still run: %s; %s",
+			pids, cmd, strings.Join(what, "; "), gone)
 	}
+}
+
+// procBrief describes process pid for a failure message: its state,
+// parent, pending signals and cgroup.
+func procBrief(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	var f []string
+	for _, l := range strings.Split(string(b), "\n") {
+		for _, k := range []string{"State:", "PPid:", "SigPnd:", "ShdPnd:", "SigIgn:"} {
+			if strings.HasPrefix(l, k) {
+				f = append(f, strings.Join(strings.Fields(l), " "))
+			}
+		}
+	}
+	cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	return fmt.Sprintf("%d: %s, cgroup %q", pid, strings.Join(f, ", "), strings.TrimSpace(string(cg)))
 }
 
 // randomID returns a known ID, recent ones more often, so that running
