@@ -356,7 +356,8 @@ type Snapshot struct {
 	// Usage is what the job's processes used (see [Usage]): for a
 	// finished job, its whole run; for a running one, its run so far
 	// where its cgroup (Linux) or Job Object (Windows) tells it, else
-	// zero.
+	// zero. A running job's usage is read at most every 50ms: snapshots
+	// taken closer together share one reading.
 	Usage Usage `json:"usage,omitzero"`
 
 	// QueuePosition is a Queued job's place in the queue: 1 for the

@@ -268,19 +268,38 @@ func (c *cgroups) enforceableErr(l Limits) error {
 func (j *job) watchUsage(p *process) {
 	j.usageMu.Lock()
 	j.live, j.tree = p, p
+	j.usageRead = usageRead{}
 	if p == nil {
 		j.listed = treeList{}
 	}
 	j.usageMu.Unlock()
 }
 
+// usageAge is how long a running job's usage, once read, serves its
+// snapshots: reading it (cpu.stat makes the kernel gather the cgroup's
+// counters) costs microseconds alone and milliseconds when many callers
+// ask at once, as when a thousand identical Starts join one job.
+const usageAge = 50 * time.Millisecond
+
 // liveUsage returns the running job's usage so far, where its process
-// can tell it.
+// can tell it: read anew at most every usageAge.
 func (j *job) liveUsage() (Usage, bool) {
 	j.usageMu.Lock()
 	defer j.usageMu.Unlock()
 	if j.live == nil {
 		return Usage{}, false
 	}
-	return j.live.liveUsage()
+	now := time.Now()
+	if c := &j.usageRead; c.at.IsZero() || now.Sub(c.at) >= usageAge {
+		c.u, c.ok = j.live.liveUsage()
+		c.at = now
+	}
+	return j.usageRead.u, j.usageRead.ok
+}
+
+// usageRead is a running job's last read of its usage (see usageAge).
+type usageRead struct {
+	at time.Time
+	u  Usage
+	ok bool
 }

@@ -181,12 +181,14 @@ type job struct {
 	// adopted job), cleared by the supervisor before it closes the
 	// process; and tree, the same process while a snapshot may list its
 	// tree (procs.go): set with live, cleared by the supervisor before
-	// it reaps the shell, whose IDs may be another's after; and listed,
-	// the last listing of the tree.
-	usageMu sync.Mutex
-	live    *process
-	tree    *process
-	listed  treeList
+	// it reaps the shell, whose IDs may be another's after; listed,
+	// the last listing of the tree; and usageRead, the last read of
+	// live's usage.
+	usageMu   sync.Mutex
+	live      *process
+	tree      *process
+	listed    treeList
+	usageRead usageRead
 
 	// changed is closed when the job's output changes: by emit when
 	// output comes, by finish when fin is set. A reader that waits for
