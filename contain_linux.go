@@ -79,15 +79,19 @@ const maxFree = 8
 // jobCgroup is a job cgroup, with what a launch and the job's end need of
 // it open already, so that neither opens a cgroup file on its way.
 type jobCgroup struct {
-	dir     string
-	fd      int      // the folder, for clone3
-	events  *os.File // its cgroup.events, which tells when it is empty
-	cpu     *os.File // its cpu.stat, for the job's usage; nil if it cannot be read
-	base    cpuTimes // cpu.stat when the job got it (the jobs before used that)
-	wd      int32    // its inotify watch, or -1
-	touched bool     // something other than the kernel changed it (guarded by cgroups.mu)
-	reused  bool     // a job ran in it before: its memory.peak is not this job's
-	limited bool     // limits were written to it: it is never reused
+	dir    string
+	fd     int      // the folder, for clone3
+	events *os.File // its cgroup.events, which tells when it is empty
+	cpu    *os.File // its cpu.stat, for the job's usage; nil if it cannot be read
+	base   cpuTimes // cpu.stat when the job got it (the jobs before used that)
+	// last is cpu.stat as the job's end read it, once the cgroup was
+	// empty (lastOK): the next job's base, read once for both.
+	last    cpuTimes
+	lastOK  bool
+	wd      int32 // its inotify watch, or -1
+	touched bool  // something other than the kernel changed it (guarded by cgroups.mu)
+	reused  bool  // a job ran in it before: its memory.peak is not this job's
+	limited bool  // limits were written to it: it is never reused
 }
 
 // closeFiles closes what g holds open.
@@ -411,13 +415,20 @@ func (c *cgroups) recycle(g *jobCgroup) {
 		// Empty and not frozen: a job's freezing would have touched it,
 		// but a cgroup whose last process is still exiting must wait.
 		var buf [128]byte
-		n, _ := g.events.ReadAt(buf[:], 0)
-		reuse = bytes.Contains(buf[:max(n, 0)], []byte("populated 0")) && bytes.Contains(buf[:max(n, 0)], []byte("frozen 0"))
+		n := preadOnce(g.events, buf[:])
+		reuse = bytes.Contains(buf[:n], []byte("populated 0")) && bytes.Contains(buf[:n], []byte("frozen 0"))
 	}
 	if reuse {
-		// The next job's usage counts from here.
-		g.base, _ = readCPUTimes(g.cpu)
+		// The next job's usage counts from here: from what the job's
+		// end read, if it read the empty cgroup, whose counters no
+		// longer move.
+		if g.lastOK {
+			g.base = g.last
+		} else {
+			g.base, _ = readCPUTimes(g.cpu)
+		}
 	}
+	g.lastOK = false
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if reuse {

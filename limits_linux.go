@@ -133,7 +133,7 @@ func readCPUTimes(f *os.File) (cpuTimes, bool) {
 		return cpuTimes{}, false
 	}
 	var buf [512]byte
-	n, _ := f.ReadAt(buf[:], 0)
+	n := preadOnce(f, buf[:])
 	if n <= 0 {
 		return cpuTimes{}, false
 	}
@@ -202,8 +202,9 @@ func eventCount(path, key string) int64 {
 // cgroupUsage adds to u what the job's cgroup knows: the CPU time of all
 // its processes since base, and, unless another job ran in it first, its
 // peak memory.
-func cgroupUsage(u Usage, cpu *os.File, dir string, base cpuTimes, fresh bool) Usage {
-	if t, ok := readCPUTimes(cpu); ok {
+func cgroupUsage(u Usage, cpu *os.File, dir string, base cpuTimes, fresh bool) (Usage, cpuTimes, bool) {
+	t, ok := readCPUTimes(cpu)
+	if ok {
 		u.UserCPU = time.Duration(max(t.user-base.user, 0)) * time.Microsecond
 		u.SystemCPU = time.Duration(max(t.system-base.system, 0)) * time.Microsecond
 	}
@@ -212,7 +213,7 @@ func cgroupUsage(u Usage, cpu *os.File, dir string, base cpuTimes, fresh bool) U
 			u.PeakMemory = n
 		}
 	}
-	return u
+	return u, t, ok
 }
 
 // usage returns what the job's processes used, once the shell was reaped:
@@ -220,7 +221,11 @@ func cgroupUsage(u Usage, cpu *os.File, dir string, base cpuTimes, fresh bool) U
 func (p *process) usage() Usage {
 	switch {
 	case p.cg != nil:
-		return cgroupUsage(p.used, p.cg.cpu, p.cg.dir, p.cg.base, !p.cg.reused)
+		u, t, ok := cgroupUsage(p.used, p.cg.cpu, p.cg.dir, p.cg.base, !p.cg.reused)
+		// Read from the empty cgroup, the times are the next job's base
+		// too (see cgroups.recycle).
+		p.cg.last, p.cg.lastOK = t, ok && !populatedAt(p.cg.events)
+		return u
 	case p.cgroup != "":
 		// Adopted: the cgroup, opened now; the base its record kept.
 		f, err := os.Open(filepath.Join(p.cgroup, "cpu.stat"))
@@ -228,7 +233,8 @@ func (p *process) usage() Usage {
 			return p.used
 		}
 		defer f.Close()
-		return cgroupUsage(p.used, f, p.cgroup, p.cgBase, p.cgBase == cpuTimes{})
+		u, _, _ := cgroupUsage(p.used, f, p.cgroup, p.cgBase, p.cgBase == cpuTimes{})
+		return u
 	}
 	return p.used
 }
@@ -239,7 +245,8 @@ func (p *process) liveUsage() (Usage, bool) {
 	if p.cg == nil || p.cg.cpu == nil {
 		return Usage{}, false
 	}
-	return cgroupUsage(Usage{}, p.cg.cpu, p.cg.dir, p.cg.base, !p.cg.reused), true
+	u, _, _ := cgroupUsage(Usage{}, p.cg.cpu, p.cg.dir, p.cg.base, !p.cg.reused)
+	return u, true
 }
 
 // limitHit returns the reason of the limit of l that stopped the job,

@@ -657,11 +657,34 @@ func (p *process) leftovers() int {
 // it says so too (then the cgroup is listed).
 func populatedAt(f *os.File) bool {
 	var buf [128]byte
-	n, _ := f.ReadAt(buf[:], 0)
+	n := preadOnce(f, buf[:])
 	if n <= 0 {
 		return true
 	}
 	return bytes.Contains(buf[:n], []byte("populated 1"))
+}
+
+// preadOnce reads a small kernel file (cgroup.events, cpu.stat) from its
+// start with one pread, which the kernel answers whole; os.File.ReadAt
+// would make a second to find the end. It returns the bytes read, 0 on
+// an error.
+func preadOnce(f *os.File, buf []byte) int {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	rc.Control(func(fd uintptr) {
+		for {
+			m, err := unix.Pread(int(fd), buf, 0)
+			if err == unix.EINTR {
+				continue
+			}
+			n = max(m, 0)
+			return
+		}
+	})
+	return n
 }
 
 // lastPID returns the last PID handed out in the host's PID namespace, or
@@ -672,8 +695,8 @@ func lastPID() int {
 		return 0
 	}
 	var buf [32]byte
-	n, _ := f.ReadAt(buf[:], 0)
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(buf[:max(n, 0)])))
+	n := preadOnce(f, buf[:])
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(buf[:n])))
 	return pid
 }
 
