@@ -957,6 +957,26 @@ func TestWatchNotifications(t *testing.T) {
 	c.mustFail("shell_watch", map[string]any{"job_id": id, "pattern": "x"})
 }
 
+// shell_write with text and eof succeeds though the job ends as soon as
+// it has read the text, before the end of file reaches it (the e2e test
+// saw that race once: the job's input was then closed by its end, and
+// the call failed). Nothing here can force the job's end to come
+// between the write and the end of file, so the rounds make it likely
+// rather than certain; without the fix this passed three runs of 20.
+func TestShellWriteEOFAfterTheJobEnded(t *testing.T) {
+	srv := newTestServer(t, Options{})
+	c := connect(t, srv)
+	for i := range 20 {
+		var out ShellOutput
+		c.mustCall("shell", map[string]any{"command": `read l; echo "got $l"`, "interactive": true, "wait_ms": 1}, &out)
+		var w WriteOutput
+		c.mustCall("shell_write", map[string]any{"job_id": out.JobID, "text": "x\n", "eof": true}, &w)
+		if w.Output != "got x\n" {
+			t.Fatalf("round %d: shell_write with eof: output %q; want %q", i, w.Output, "got x\n")
+		}
+	}
+}
+
 // A prompt answered through shell_write, then EOF.
 func TestShellWriteAnswersAPrompt(t *testing.T) {
 	srv := newTestServer(t, Options{})

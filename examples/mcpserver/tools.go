@@ -680,6 +680,12 @@ func (s *Server) write(ctx context.Context, req *mcp.CallToolRequest, in WriteIn
 	}
 	if err == nil && in.EOF {
 		err = jobs.CloseInput(id)
+		if data != "" && errors.Is(err, bgjob.ErrInputClosed) {
+			// The job read what was written and ended (or closed its
+			// stdin) before the end of file: its input is closed, as
+			// asked.
+			err = nil
+		}
 	}
 	switch {
 	case errors.Is(err, bgjob.ErrNotInteractive):
