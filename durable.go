@@ -590,23 +590,7 @@ func (st *store) launching(j *job) error {
 		return st.dequeued(j, rr)
 	}
 	rr := st.newRun(j, stateStarting)
-	err := os.MkdirAll(filepath.Dir(rr.dir), 0o700)
-	if err == nil {
-		if err = os.Mkdir(rr.dir, 0o700); errors.Is(err, os.ErrExist) {
-			err = nil
-		}
-	}
-	var b []byte
-	if err == nil {
-		b, err = json.Marshal(&rr.rec)
-	}
-	if err == nil {
-		err = writeFileSync(rr.dir, recordFile, b)
-	}
-	if err != nil {
-		if rerr := os.RemoveAll(rr.dir); rerr != nil {
-			st.log.Warn("bgjob: remove run folder", "id", j.id, "err", rerr)
-		}
+	if err := st.makeRun(j, rr); err != nil {
 		return err
 	}
 	st.mu.Lock()
@@ -671,24 +655,34 @@ func (st *store) writeQueued(j *job, rr *runRec) error {
 		in.Env = append(in.Env, [2]rawText{rawText(k), rawText(v)})
 	}
 	slices.SortFunc(in.Env, func(a, b [2]rawText) int { return strings.Compare(string(a[0]), string(b[0])) })
+	return st.makeRun(j, rr, runFile{queuedFile, &in})
+}
+
+// runFile is a file that makeRun writes into a new run folder: v in JSON.
+type runFile struct {
+	name string
+	v    any
+}
+
+// makeRun makes rr's run folder and writes into it each of files, in
+// order, then rr's record, each synced. On failure it leaves no
+// half-made folder for the next replay to quarantine.
+func (st *store) makeRun(j *job, rr *runRec, files ...runFile) error {
 	err := os.MkdirAll(filepath.Dir(rr.dir), 0o700)
 	if err == nil {
 		if err = os.Mkdir(rr.dir, 0o700); errors.Is(err, os.ErrExist) {
 			err = nil
 		}
 	}
-	var b []byte
-	if err == nil {
-		b, err = json.Marshal(&in)
-	}
-	if err == nil {
-		err = writeFileSync(rr.dir, queuedFile, b)
-	}
-	if err == nil {
-		b, err = json.Marshal(&rr.rec)
-	}
-	if err == nil {
-		err = writeFileSync(rr.dir, recordFile, b)
+	files = append(files, runFile{recordFile, &rr.rec})
+	for _, f := range files {
+		if err != nil {
+			break
+		}
+		var b []byte
+		if b, err = json.Marshal(f.v); err == nil {
+			err = writeFileSync(rr.dir, f.name, b)
+		}
 	}
 	if err != nil {
 		if rerr := os.RemoveAll(rr.dir); rerr != nil {

@@ -216,6 +216,19 @@ func (k *keeper) stop() {
 	k.reap(true)
 }
 
+// release lets go of k, a helper of a job that Detach released, which
+// runs on: one this host started stays its child until it exits, and is
+// reaped then by a later New, Close or Detach (noteReleased); any other
+// is reaped now if it has exited, else let go of.
+func (k *keeper) release() {
+	if k.mine && k.pidfd != nil {
+		noteReleased(k.pidfd)
+		k.pidfd = nil
+		return
+	}
+	k.reap(false)
+}
+
 // reap collects the keeper if it is the host's child (wait: block until it
 // has exited), and lets go of its pidfd.
 func (k *keeper) reap(wait bool) {

@@ -247,30 +247,26 @@ func (p *process) close() {
 	p.pidfd = nil
 	switch k := p.keeper; {
 	case k == nil:
-	case !p.reaped && k.mine && k.pidfd != nil:
+	case !p.reaped:
 		// Released: the keeper takes the output over when the
 		// lifeline closes.
-		noteReleased(k.pidfd)
-		k.pidfd = nil
-	case !p.reaped, p.adopted:
-		// Released, not known to be the host's child; or adopted, and
-		// exited (the reader waited for it), unless the drain's grace
-		// ran out: it then finishes its copy on its own. One that the
-		// host released earlier is in noteReleased's hands.
+		k.release()
+	case p.adopted:
+		// Adopted, and exited (the reader waited for it), unless the
+		// drain's grace ran out: it then finishes its copy on its own.
+		// One that the host released earlier is in noteReleased's
+		// hands.
 		k.reap(false)
 	default:
 		k.stop()
 	}
 
 	// The input's holder ends with the job's wrapper; a released job
-	// keeps it, and one this host started stays its child until then.
+	// keeps it.
 	switch h := p.holder; {
 	case h == nil:
-	case !p.reaped && h.mine && h.pidfd != nil:
-		noteReleased(h.pidfd)
-		h.pidfd = nil
 	case !p.reaped:
-		h.reap(false)
+		h.release()
 	default:
 		h.stop()
 	}

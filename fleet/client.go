@@ -146,17 +146,9 @@ func NewClient(nc *nats.Conn, cfg ClientConfig) (*Client, error) {
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = time.Minute
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("bgjob/fleet: %w", err)
-	}
 	setup, cancel := context.WithTimeout(context.Background(), 6*l.RequestTimeout)
 	defer cancel()
-	s, err := openStore(setup, js, l)
+	js, s, log, err := openFleet(setup, nc, l, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}

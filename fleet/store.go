@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,6 +20,24 @@ type store struct {
 	l       Layout
 	jobs    jetstream.KeyValue
 	workers jetstream.KeyValue
+}
+
+// openFleet opens JetStream on nc and the fleet's store within ctx, for a
+// new Client or Worker, and returns the logger it is to use: logger, or
+// one that discards if that is nil.
+func openFleet(ctx context.Context, nc *nats.Conn, l Layout, logger *slog.Logger) (jetstream.JetStream, *store, *slog.Logger, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("bgjob/fleet: %w", err)
+	}
+	s, err := openStore(ctx, js, l)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return js, s, logger, nil
 }
 
 func openStore(ctx context.Context, js jetstream.JetStream, l Layout) (*store, error) {

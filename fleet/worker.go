@@ -191,17 +191,9 @@ func NewWorker(nc *nats.Conn, reg *bgjob.Registry, cfg WorkerConfig) (*Worker, e
 	if cfg.AckWait <= 0 {
 		cfg.AckWait = 30 * time.Second
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("bgjob/fleet: %w", err)
-	}
 	setup, cancelSetup := context.WithTimeout(context.Background(), 6*l.RequestTimeout)
 	defer cancelSetup()
-	s, err := openStore(setup, js, l)
+	js, s, log, err := openFleet(setup, nc, l, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
